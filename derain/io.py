@@ -1,0 +1,75 @@
+"""Image files in and out: 8-bit RGB arrays, errors that name the file, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["ImageReadError", "IMAGE_SUFFIXES", "read_rgb", "write_image_atomic", "to_tensor", "to_uint8"]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+
+
+class ImageReadError(ValueError):
+    """An image file that is missing, empty, or cannot be decoded."""
+
+
+def read_rgb(path: str | os.PathLike) -> np.ndarray:
+    """Read an image file as 8-bit RGB, shape (H, W, 3), EXIF orientation applied.
+
+    Grayscale is repeated to three channels, alpha dropped, 16-bit scaled to 8 bits.
+
+    Raises:
+        ImageReadError: naming ``path`` when it is missing, empty or not a decodable image.
+    """
+    path = Path(path)
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as err:
+        raise ImageReadError(f"cannot read image {path}: {err.strerror or err}") from None
+    if data.size == 0:
+        raise ImageReadError(f"cannot read image {path}: the file is empty")
+    img = cv2.imdecode(data, cv2.IMREAD_COLOR)  # applies EXIF orientation, drops alpha, 16-bit -> 8-bit
+    if img is None:
+        raise ImageReadError(f"cannot read image {path}: not a decodable image (corrupt or unsupported format)")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def write_image_atomic(path: str | os.PathLike, image: np.ndarray, *, params: list[int] | None = None) -> None:
+    """Write an RGB(A) uint8/uint16 array to ``path`` through a temporary file and a rename.
+
+    An interrupted write never leaves a half-written file under the final name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if image.ndim == 3 and image.shape[2] == 3:
+        image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
+    elif image.ndim == 3 and image.shape[2] == 4:
+        image = cv2.cvtColor(image, cv2.COLOR_RGBA2BGRA)
+    ok, buf = cv2.imencode(path.suffix or ".png", image, params or [])
+    if not ok:
+        raise ValueError(f"cannot encode an image for {path} (suffix {path.suffix!r})")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.tobytes())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_tensor(image: np.ndarray) -> Tensor:
+    """uint8 (H, W, 3) -> float32 (3, H, W) in [0, 1]."""
+    return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float().div_(255.0)
+
+
+def to_uint8(t: Tensor) -> np.ndarray:
+    """float (3, H, W) -> uint8 (H, W, 3), clamped and rounded."""
+    return t.detach().clamp(0, 1).mul(255).round().byte().permute(1, 2, 0).cpu().numpy()
