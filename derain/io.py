@@ -37,11 +37,15 @@ def read_rgb(path: str | os.PathLike) -> np.ndarray:
         raise ImageReadError(f"cannot read image {path}: the file is empty")
     img = cv2.imdecode(data, cv2.IMREAD_COLOR)  # applies EXIF orientation, drops alpha, 16-bit -> 8-bit
     if img is None:
-        raise ImageReadError(f"cannot read image {path}: not a decodable image (corrupt or unsupported format)")
+        raise ImageReadError(
+            f"cannot read image {path}: not a decodable image (corrupt or unsupported format)"
+        )
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
-def write_image_atomic(path: str | os.PathLike, image: np.ndarray, *, params: list[int] | None = None) -> None:
+def write_image_atomic(
+    path: str | os.PathLike, image: np.ndarray, *, params: list[int] | None = None
+) -> None:
     """Write an RGB(A) uint8/uint16 array to ``path`` through a temporary file and a rename.
 
     An interrupted write never leaves a half-written file under the final name.

@@ -66,7 +66,9 @@ class DerainMetrics(nn.Module):
             return PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3))
 
         def ssim() -> StructuralSimilarityIndexMeasure:
-            return StructuralSimilarityIndexMeasure(data_range=1.0, gaussian_kernel=True, sigma=1.5, kernel_size=11)
+            return StructuralSimilarityIndexMeasure(
+                data_range=1.0, gaussian_kernel=True, sigma=1.5, kernel_size=11
+            )
 
         self.psnr_y, self.ssim_y, self.psnr, self.ssim = psnr(), ssim(), psnr(), ssim()
 

@@ -1,6 +1,12 @@
 """Networks and attention mixers (no Lightning, no gradio imports here)."""
 
-from .attention import AgentAttention, ChannelAttention, TopKSparseAttention, agent_attention, topk_channel_attention
+from .attention import (
+    AgentAttention,
+    ChannelAttention,
+    TopKSparseAttention,
+    agent_attention,
+    topk_channel_attention,
+)
 from .net import DerainNet, TransformerBlock
 
 __all__ = [

@@ -32,7 +32,14 @@ def _keep_counts(ratios: Sequence[float], c: int) -> list[int]:
     return [max(1, int(math.floor(r * c + 1e-9))) for r in ratios]
 
 
-def topk_channel_attention(q: Tensor, k: Tensor, v: Tensor, ratios: Sequence[float], weights: Tensor) -> Tensor:
+def _at_least_float32(t: Tensor) -> Tensor:
+    """Half/bfloat16 to float32 (softmax and top-k stay accurate under autocast); float32/64 unchanged."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
+def topk_channel_attention(
+    q: Tensor, k: Tensor, v: Tensor, ratios: Sequence[float], weights: Tensor
+) -> Tensor:
     """Multi-ratio top-k sparse attention over channels (DRSformer's TKSA).
 
     For logits ``A = q @ kᵀ`` (one c×c matrix per head) and each ratio ``r``, keep the top ``⌊r·c⌋`` (at least
@@ -57,22 +64,26 @@ def topk_channel_attention(q: Tensor, k: Tensor, v: Tensor, ratios: Sequence[flo
         - output: :math:`(B, heads, c, N)`
     """
     if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"expected q, k of equal shape (B, heads, c, N) and v (B, heads, c, *); got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"expected q, k of equal shape (B, heads, c, N) and v (B, heads, c, *); got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if weights.shape != (len(ratios),):
-        raise ValueError(f"expected one weight per ratio ({len(ratios)}), got weights of shape {tuple(weights.shape)}")
+        raise ValueError(
+            f"expected one weight per ratio ({len(ratios)}), got weights of shape {tuple(weights.shape)}"
+        )
     c = q.shape[-2]
     counts = _keep_counts(ratios, c)
     k_max = max(counts)
     logits = q @ k.transpose(-2, -1)  # (B, heads, c, c)
     dtype = logits.dtype
-    logits = logits.float()  # softmax and the prefix sums stay in float32 under autocast
+    logits = _at_least_float32(logits)  # softmax and the prefix sums stay in float32 under autocast
     vals, idx = torch.topk(logits, k_max, dim=-1, sorted=True)  # (B, heads, c, k_max), descending
     e = torch.exp(vals - vals[..., :1])
     z = torch.cumsum(e, dim=-1)  # z[..., j] = normaliser when keeping j + 1 entries
     ranks = torch.arange(k_max, device=q.device)
     coef = torch.zeros(*e.shape, device=q.device, dtype=e.dtype)
-    for count, w in zip(counts, weights.float().unbind(0), strict=True):
+    for count, w in zip(counts, weights.to(e.dtype).unbind(0), strict=True):
         coef = coef + (ranks < count).to(e.dtype) * (w / z[..., count - 1 : count])
     probs = torch.zeros_like(logits).scatter(-1, idx, e * coef)
     return probs.to(dtype) @ v
@@ -109,17 +120,19 @@ def agent_attention(
         - output: :math:`(B, heads, N, d)`
     """
     if q.shape != k.shape or k.shape[:-1] != v.shape[:-1] or agents.shape[:2] != q.shape[:2]:
-        raise ValueError(f"expected q, k, v of shape (B, heads, N, d) and agents (B, heads, n, d); got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, {tuple(agents.shape)}")
+        raise ValueError(
+            f"expected q, k, v of shape (B, heads, N, d) and agents (B, heads, n, d); got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, {tuple(agents.shape)}"
+        )
     agents = agents * scale
     agg = agents @ k.transpose(-2, -1)  # (B, heads, n, N)
     if agg_bias is not None:
         agg = agg + agg_bias
-    agent_v = agg.softmax(dim=-1, dtype=torch.float32).to(v.dtype) @ v  # (B, heads, n, d)
+    agent_v = _at_least_float32(agg).softmax(dim=-1).to(v.dtype) @ v  # (B, heads, n, d)
     bcast = q @ agents.transpose(-2, -1)  # (B, heads, N, n)
     if bcast_bias is not None:
         bcast = bcast + bcast_bias
-    return bcast.softmax(dim=-1, dtype=torch.float32).to(v.dtype) @ agent_v
+    return _at_least_float32(bcast).softmax(dim=-1).to(v.dtype) @ agent_v
 
 
 class TopKSparseAttention(nn.Module):
@@ -139,7 +152,9 @@ class TopKSparseAttention(nn.Module):
         - output: :math:`(B, C, H, W)`
     """
 
-    def __init__(self, dim: int, heads: int = 1, *, ratios: Sequence[float] = DEFAULT_RATIOS, bias: bool = False):
+    def __init__(
+        self, dim: int, heads: int = 1, *, ratios: Sequence[float] = DEFAULT_RATIOS, bias: bool = False
+    ):
         super().__init__()
         assert dim % heads == 0, f"dim should be divisible by heads, got dim={dim}, heads={heads}"
         _keep_counts(ratios, dim // heads)

@@ -73,8 +73,16 @@ class TransformerBlock(nn.Module):
         - output: :math:`(B, C, H, W)`
     """
 
-    def __init__(self, dim: int, heads: int, mixer: str, *, ratios: Sequence[float] = DEFAULT_RATIOS,
-                 agents: int = 49, expansion: float = 2.0):
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        mixer: str,
+        *,
+        ratios: Sequence[float] = DEFAULT_RATIOS,
+        agents: int = 49,
+        expansion: float = 2.0,
+    ):
         super().__init__()
         self.norm1 = LayerNorm2d(dim)
         self.attn = make_mixer(mixer, dim, heads, ratios=ratios, agents=agents)
@@ -136,8 +144,10 @@ class DerainNet(nn.Module):
         super().__init__()
         levels = len(blocks)
         if not (len(heads) == len(mixers) == levels):
-            raise ValueError(f"blocks, heads and mixers need one entry per level; got {len(blocks)}, "
-                             f"{len(heads)}, {len(mixers)}")
+            raise ValueError(
+                f"blocks, heads and mixers need one entry per level; got {len(blocks)}, "
+                f"{len(heads)}, {len(mixers)}"
+            )
         for i, (n, kinds) in enumerate(zip(blocks, mixers, strict=True)):
             if len(kinds) != n:
                 raise ValueError(f"level {i}: mixers {kinds} should name one mixer per block ({n} blocks)")
@@ -145,9 +155,15 @@ class DerainNet(nn.Module):
                 if kind not in MIXERS:
                     raise ValueError(f"level {i}: unknown mixer {kind!r}; expected one of {MIXERS}")
         self.config = {
-            "in_channels": in_channels, "dim": dim, "blocks": list(blocks), "heads": list(heads),
-            "mixers": [list(m) for m in mixers], "topk_ratios": list(topk_ratios), "agents": agents,
-            "ffn_expansion": ffn_expansion, "refine_blocks": refine_blocks,
+            "in_channels": in_channels,
+            "dim": dim,
+            "blocks": list(blocks),
+            "heads": list(heads),
+            "mixers": [list(m) for m in mixers],
+            "topk_ratios": list(topk_ratios),
+            "agents": agents,
+            "ffn_expansion": ffn_expansion,
+            "refine_blocks": refine_blocks,
             "embed_stride": embed_stride,
         }
         """The constructor arguments, JSON-serialisable: ``DerainNet(**net.config)`` rebuilds the network."""
@@ -157,34 +173,58 @@ class DerainNet(nn.Module):
         widths = [dim * 2**i for i in range(levels)]
 
         def stage(level: int) -> nn.Sequential:
-            return nn.Sequential(*(
-                TransformerBlock(widths[level], heads[level], kind, ratios=topk_ratios, agents=agents,
-                                 expansion=ffn_expansion)
-                for kind in mixers[level]
-            ))
+            return nn.Sequential(
+                *(
+                    TransformerBlock(
+                        widths[level],
+                        heads[level],
+                        kind,
+                        ratios=topk_ratios,
+                        agents=agents,
+                        expansion=ffn_expansion,
+                    )
+                    for kind in mixers[level]
+                )
+            )
 
         s2 = embed_stride**2
-        self.embed = nn.Sequential(nn.PixelUnshuffle(embed_stride),
-                                   nn.Conv2d(in_channels * s2, dim, 3, padding=1, bias=False))
+        self.embed = nn.Sequential(
+            nn.PixelUnshuffle(embed_stride), nn.Conv2d(in_channels * s2, dim, 3, padding=1, bias=False)
+        )
         self.encoders = nn.ModuleList(stage(i) for i in range(levels - 1))
         self.downs = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(widths[i], widths[i] // 2, 3, padding=1, bias=False), nn.PixelUnshuffle(2))
+            nn.Sequential(
+                nn.Conv2d(widths[i], widths[i] // 2, 3, padding=1, bias=False), nn.PixelUnshuffle(2)
+            )
             for i in range(levels - 1)
         )
         self.bottleneck = stage(levels - 1)
         self.ups = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(widths[i + 1], widths[i + 1] * 2, 3, padding=1, bias=False), nn.PixelShuffle(2))
+            nn.Sequential(
+                nn.Conv2d(widths[i + 1], widths[i + 1] * 2, 3, padding=1, bias=False), nn.PixelShuffle(2)
+            )
             for i in range(levels - 1)
         )
-        self.fuses = nn.ModuleList(nn.Conv2d(widths[i] * 2, widths[i], 1, bias=False) for i in range(levels - 1))
+        self.fuses = nn.ModuleList(
+            nn.Conv2d(widths[i] * 2, widths[i], 1, bias=False) for i in range(levels - 1)
+        )
         self.decoders = nn.ModuleList(stage(i) for i in range(levels - 1))
-        self.refine = nn.Sequential(*(
-            TransformerBlock(dim, heads[0], mixers[0][0] if mixers[0] else "tksa", ratios=topk_ratios,
-                             agents=agents, expansion=ffn_expansion)
-            for _ in range(refine_blocks)
-        ))
-        self.head = nn.Sequential(nn.Conv2d(dim, in_channels * s2, 3, padding=1, bias=False),
-                                  nn.PixelShuffle(embed_stride))
+        self.refine = nn.Sequential(
+            *(
+                TransformerBlock(
+                    dim,
+                    heads[0],
+                    mixers[0][0] if mixers[0] else "tksa",
+                    ratios=topk_ratios,
+                    agents=agents,
+                    expansion=ffn_expansion,
+                )
+                for _ in range(refine_blocks)
+            )
+        )
+        self.head = nn.Sequential(
+            nn.Conv2d(dim, in_channels * s2, 3, padding=1, bias=False), nn.PixelShuffle(embed_stride)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         h, w = x.shape[-2:]

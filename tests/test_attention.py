@@ -1,0 +1,162 @@
+"""The attention cores against naive references, and the modules on odd sizes."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from derain.models import (
+    AgentAttention,
+    ChannelAttention,
+    TopKSparseAttention,
+    agent_attention,
+    topk_channel_attention,
+)
+
+RATIOS = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
+
+
+def naive_topk(q, k, v, ratios, weights):
+    """TKSA as the paper writes it: one mask, softmax and `@ v` per ratio."""
+    attn = q @ k.transpose(-2, -1)
+    c = attn.shape[-1]
+    out = 0
+    for r, w in zip(ratios, weights, strict=True):
+        keep = max(1, math.floor(r * c + 1e-9))
+        mask = torch.zeros_like(attn).scatter(-1, attn.topk(keep, dim=-1).indices, 1.0)
+        a = attn.masked_fill(mask == 0, float("-inf")).softmax(dim=-1)
+        out = out + w * (a @ v)
+    return out
+
+
+def naive_agent(q, k, v, agents, scale, b1=None, b2=None):
+    agg = agents @ k.transpose(-2, -1) * scale
+    bc = q @ agents.transpose(-2, -1) * scale
+    agg = agg + b1 if b1 is not None else agg
+    bc = bc + b2 if b2 is not None else bc
+    return bc.softmax(-1) @ (agg.softmax(-1) @ v)
+
+
+def test_topk_matches_naive_forward_and_grad():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 12, 50, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    w = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64, requires_grad=True)
+    fast = topk_channel_attention(q, k, v, RATIOS, w)
+    ref = naive_topk(q, k, v, RATIOS, w)
+    assert fast.shape == (2, 3, 12, 50)
+    assert torch.allclose(fast, ref, atol=1e-10)
+    g = torch.randn_like(fast)
+    grads_fast = torch.autograd.grad(fast, (q, k, v, w), g)
+    grads_ref = torch.autograd.grad(ref, (q, k, v, w), g)
+    for a, b in zip(grads_fast, grads_ref, strict=True):
+        assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_topk_float32_within_1e5():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 24, 300) for _ in range(3))
+    w = torch.rand(4)
+    assert torch.allclose(
+        topk_channel_attention(q, k, v, RATIOS, w), naive_topk(q, k, v, RATIOS, w), atol=1e-5
+    )
+
+
+def test_topk_ratio_one_is_dense_channel_softmax():
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 8, 40) for _ in range(3))
+    out = topk_channel_attention(q, k, v, (1.0,), torch.ones(1))
+    dense = (q @ k.transpose(-2, -1)).softmax(-1) @ v
+    assert torch.allclose(out, dense, atol=1e-6)
+
+
+def test_topk_keeps_at_least_one_and_rejects_bad_input():
+    q, k, v = (torch.randn(1, 1, 3, 5) for _ in range(3))
+    # floor(0.1 * 3) = 0 -> keep one: the row's argmax gets all the mass, so out = v[argmax]
+    out = topk_channel_attention(q, k, v, (0.1,), torch.ones(1))
+    best = (q @ k.transpose(-2, -1)).argmax(-1)
+    assert torch.allclose(out, v[0, 0][best[0, 0]].unsqueeze(0).unsqueeze(0))
+    with pytest.raises(ValueError, match="one weight per ratio"):
+        topk_channel_attention(q, k, v, (0.5, 1.0), torch.ones(3))
+    with pytest.raises(ValueError, match=r"ratios must lie in \(0, 1\]"):
+        topk_channel_attention(q, k, v, (1.5,), torch.ones(1))
+
+
+def test_agent_attention_matches_naive_with_biases():
+    torch.manual_seed(3)
+    b, h, n_tok, n_ag, d = 2, 2, 70, 9, 8
+    q, k, v = (torch.randn(b, h, n_tok, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    agents = torch.randn(b, h, n_ag, d, dtype=torch.float64, requires_grad=True)
+    b1 = torch.randn(1, h, n_ag, n_tok, dtype=torch.float64, requires_grad=True)
+    b2 = torch.randn(1, h, n_tok, n_ag, dtype=torch.float64, requires_grad=True)
+    fast = agent_attention(q, k, v, agents, 0.3, b1, b2)
+    ref = naive_agent(q, k, v, agents, 0.3, b1, b2)
+    assert fast.shape == (b, h, n_tok, d)
+    assert torch.allclose(fast, ref, atol=1e-10)
+    g = torch.randn_like(fast)
+    for a, r in zip(
+        torch.autograd.grad(fast, (q, k, v, agents, b1, b2), g),
+        torch.autograd.grad(ref, (q, k, v, agents, b1, b2), g),
+        strict=True,
+    ):
+        assert torch.allclose(a, r, atol=1e-10)
+    assert torch.allclose(
+        agent_attention(q, k, v, agents, 0.3), naive_agent(q, k, v, agents, 0.3), atol=1e-10
+    )
+
+
+def test_agent_attention_with_one_agent_per_token_is_two_step_softmax():
+    # with n = N agents equal to the keys, aggregation is softmax(K Kᵀ s) V: check against SDPA twice
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 1, 16, 4) for _ in range(3))
+    out = agent_attention(q, k, v, k, 0.5)
+    ref = F.scaled_dot_product_attention(q, k, F.scaled_dot_product_attention(k, k, v, scale=0.5), scale=0.5)
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "module", [TopKSparseAttention(16, 2), AgentAttention(16, 2, agents=9), ChannelAttention(16, 4)]
+)
+@pytest.mark.parametrize("size", [(1, 16, 37, 53), (2, 16, 64, 48)])
+def test_modules_keep_shape_and_have_finite_grads(module, size):
+    x = torch.randn(*size, requires_grad=True)
+    y = module(x)
+    assert y.shape == x.shape
+    y.square().mean().backward()
+    assert torch.isfinite(x.grad).all()
+    for name, p in module.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+def test_agent_biases_resize_to_any_map():
+    attn = AgentAttention(8, 2, agents=16, bias_grid=7)
+    for h, w in [(5, 9), (37, 53), (64, 48)]:
+        b1, b2 = attn.biases(h, w)
+        assert b1.shape == (1, 2, 16, h * w)
+        assert b2.shape == (1, 2, h * w, 16)
+    # resizing a constant grid gives the constant back
+    with torch.no_grad():
+        attn.agg_bias.fill_(0.25)
+    b1, _ = attn.biases(11, 13)
+    assert torch.allclose(b1, torch.full_like(b1, 0.25))
+
+
+def test_agent_bias_cache_follows_parameter_updates():
+    attn = AgentAttention(8, 1, agents=4).eval()
+    x = torch.randn(1, 8, 10, 12)
+    with torch.no_grad():
+        y1 = attn(x)
+        attn.bcast_bias.add_(1.0 * torch.randn_like(attn.bcast_bias))
+        y2 = attn(x)
+        attn._bias_cache = None
+        y3 = attn(x)
+    assert not torch.allclose(y1, y2)
+    assert torch.allclose(y2, y3)
+
+
+def test_tksa_ratios_validated():
+    with pytest.raises(AssertionError, match="divisible"):
+        TopKSparseAttention(10, 3)
+    with pytest.raises(ValueError, match="ratios"):
+        TopKSparseAttention(8, 1, ratios=(0.0,))
