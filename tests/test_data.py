@@ -1,0 +1,304 @@
+"""Pair discovery, checks with errors that name the files, aligned paired crops, synthetic data, DataModule."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from derain.data import (
+    DataError,
+    DerainDataModule,
+    PairedDataset,
+    SyntheticRainDataset,
+    check_pairs,
+    find_overlap,
+    find_pairs,
+    read_name_list,
+)
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+RAIN100H_MINI = SHARED / "rain100h-train-mini"
+
+
+def write(path: Path, image: np.ndarray) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert cv2.imwrite(str(path), image)
+    return path
+
+
+def noise(h: int = 24, w: int = 32, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def make_pairs(
+    folder: Path, rain_names: list[str], clean_names: list[str], *, sub=("rain", "norain")
+) -> Path:
+    for i, (r, c) in enumerate(zip(rain_names, clean_names, strict=True)):
+        clean = noise(seed=i)
+        write(folder / sub[1] / c if sub else folder / c, clean)
+        write(folder / sub[0] / r if sub else folder / r, cv2.add(clean, 40))
+    return folder
+
+
+# -- find_pairs: every layout -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rain", "clean", "sub"),
+    [
+        (["1.png", "2.png", "10.png"], ["1.png", "2.png", "10.png"], ("rain", "norain")),
+        (["a.png", "b.jpg"], ["a.png", "b.jpg"], ("input", "target")),
+        (
+            ["rain-1.png", "rain-2.png", "rain-10.png"],
+            ["norain-1.png", "norain-2.png", "norain-10.png"],
+            None,
+        ),
+        (["norain-1.png", "norain-2.png"], ["norain-1.png", "norain-2.png"], ("rain", "norain")),  # RCDNet
+        (
+            ["rain-1.png", "rain-2.png"],
+            ["norain-1.png", "norain-2.png"],
+            ("rain", "norain"),
+        ),  # PReNet in folders
+        (
+            ["norain-1x2.png", "norain-2x2.png"],
+            ["norain-1.png", "norain-2.png"],
+            ("rain/X2", "norain"),
+        ),  # JORDER
+    ],
+    ids=["rain-norain", "input-target", "prenet-flat", "rcdnet", "prenet-subfolders", "jorder-x2"],
+)
+def test_every_layout_is_found_and_paired_by_name(tmp_path: Path, rain, clean, sub) -> None:
+    make_pairs(tmp_path, rain, clean, sub=sub)
+    (tmp_path / "notes.txt").write_text("not an image")  # ignored
+    pairs = find_pairs(tmp_path)
+    assert [(r.name, c.name) for r, c in pairs] == list(
+        zip(rain, clean, strict=True)
+    )  # natural order: 2 < 10
+
+
+def test_unmatched_files_are_all_named(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["1.png", "2.png"], ["1.png", "2.png"])
+    write(tmp_path / "rain" / "3.png", noise())
+    write(tmp_path / "norain" / "4.png", noise())
+    with pytest.raises(DataError, match=r"(?s)2 unmatched.*rain/3\.png \(no clean partner\).*norain/4\.png"):
+        find_pairs(tmp_path)
+
+
+def test_missing_folder_names_the_expected_layouts(tmp_path: Path) -> None:
+    with pytest.raises(
+        DataError, match=r"(?s)nowhere does not exist.*DIR/rain/NAME.*DIR/input/NAME.*rain-NAME"
+    ):
+        find_pairs(tmp_path / "nowhere")
+
+
+def test_empty_folder_names_the_expected_layouts(tmp_path: Path) -> None:
+    (tmp_path / "README.txt").write_text("no images")
+    with pytest.raises(DataError, match=r"no image pairs in .*expected one of the layouts"):
+        find_pairs(tmp_path)
+
+
+def test_root_folder_passed_as_pair_folder_gets_a_hint(tmp_path: Path) -> None:
+    make_pairs(tmp_path / "train", ["1.png"], ["1.png"])
+    with pytest.raises(DataError, match=r"train/ or test/ sub-folders: pass .*train"):
+        find_pairs(tmp_path)
+
+
+def test_flat_folder_with_stray_images_names_them(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["rain-1.png"], ["norain-1.png"], sub=None)
+    write(tmp_path / "photo.png", noise())
+    with pytest.raises(DataError, match=r"(?s)fit no pair.*photo\.png"):
+        find_pairs(tmp_path)
+
+
+def test_size_mismatch_is_named(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["1.png"], ["1.png"])
+    write(tmp_path / "rain" / "2.png", noise(24, 32))
+    write(tmp_path / "norain" / "2.png", noise(20, 32))
+    with pytest.raises(
+        DataError, match=r"rain/2\.png is 32x24 but its clean partner .*norain/2\.png is 32x20"
+    ):
+        check_pairs(find_pairs(tmp_path))
+
+
+def test_unreadable_image_is_named(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["1.png", "2.png"], ["1.png", "2.png"])
+    (tmp_path / "norain" / "2.png").write_bytes(b"\x89PNG truncated")
+    with pytest.raises(DataError, match=r"norain/2\.png: unreadable image"):
+        check_pairs(find_pairs(tmp_path))
+    assert check_pairs(find_pairs(tmp_path)[:1]) == [(24, 32)]
+
+
+# -- datasets ---------------------------------------------------------------------------------------------
+
+
+def test_paired_augmentation_keeps_rain_and_clean_aligned(tmp_path: Path) -> None:
+    # rain = clean + 40 everywhere: any misaligned crop, flip or rotation breaks the constant difference.
+    make_pairs(tmp_path, ["1.png", "2.png"], ["1.png", "2.png"])
+    data = PairedDataset(find_pairs(tmp_path), patch_size=16, augment=True, seed=0)
+    seen = set()
+    for _ in range(6):
+        for item in data:
+            assert item["rain"].shape == item["clean"].shape == (3, 16, 16)
+            diff = (item["rain"] - item["clean"]) * 255
+            clean_u8 = (item["clean"] * 255).round()
+            exact = clean_u8 <= 255 - 40
+            torch.testing.assert_close(diff[exact], torch.full_like(diff[exact], 40.0), atol=1e-3, rtol=0)
+            seen.add(item["clean"].numpy().tobytes())
+    assert len(seen) > 2  # the crops really are random
+
+
+def test_patches_larger_than_the_image_are_padded(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["1.png"], ["1.png"])
+    item = PairedDataset(find_pairs(tmp_path), patch_size=40, augment=True)[0]
+    assert item["rain"].shape == (3, 40, 40)
+
+
+def test_full_images_without_patch_size(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["rain-7.png"], ["norain-7.png"], sub=None)
+    item = PairedDataset(find_pairs(tmp_path))[0]
+    assert item["name"] == "7" and item["rain"].shape == (3, 24, 32) and item["rain"].dtype == torch.float32
+
+
+def test_synthetic_items_fixed_for_validation_random_for_training() -> None:
+    clean = [noise(64, 80, seed=s) for s in range(3)]
+    fixed = SyntheticRainDataset(clean, length=4, patch_size=32, seed=5, fixed=True)
+    torch.testing.assert_close(fixed[2]["rain"], fixed[2]["rain"])
+    assert not torch.equal(fixed[1]["rain"], fixed[2]["rain"])
+    train = SyntheticRainDataset(clean, length=4, patch_size=32, seed=5)
+    assert not torch.equal(train[0]["rain"], train[0]["rain"])
+    item = train[3]
+    assert item["rain"].shape == item["clean"].shape == (3, 32, 32) and item["name"] == "synthetic-00003"
+
+
+def test_synthetic_transplant_adds_a_real_rain_layer() -> None:
+    clean = [np.full((40, 40, 3), 100, np.uint8)]
+    residual = np.full((50, 50, 3), 20, np.uint8)
+    data = SyntheticRainDataset(
+        clean, length=2, patch_size=32, rain_residuals=[residual], transplant_prob=1.0
+    )
+    item = data[0]
+    torch.testing.assert_close(
+        item["rain"] - item["clean"], torch.full((3, 32, 32), 20 / 255), atol=1e-6, rtol=0
+    )
+
+
+# -- overlap and name lists --------------------------------------------------------------------------------
+
+
+def test_find_overlap_names_train_pairs_sharing_a_test_background(tmp_path: Path) -> None:
+    for name, seed in [("norain-1.png", 11), ("norain-2.png", 2), ("norain-10.png", 12)]:
+        write(tmp_path / "train" / "norain" / name, noise(seed=seed))
+        write(tmp_path / "train" / "rain" / name, noise(seed=seed + 100))
+    for name, seed in [("norain-001.png", 11), ("norain-002.png", 12), ("norain-003.png", 3)]:
+        write(tmp_path / "test" / name, noise(seed=seed))
+        write(tmp_path / "test" / name.replace("norain", "rain"), noise(seed=seed + 200))
+    assert find_overlap(tmp_path / "train", tmp_path / "test") == ["1", "10"]
+
+
+def test_name_list_ignores_comments_prefixes_and_zero_padding(tmp_path: Path) -> None:
+    listing = tmp_path / "names.txt"
+    listing.write_text("# header\nnorain-1.png\n  rain-010  # trailing comment\n\n0007.png\nabc\n")
+    assert read_name_list(listing) == {"1", "10", "7", "abc"}
+
+
+# -- DerainDataModule --------------------------------------------------------------------------------------
+
+
+def test_missing_root_says_the_layout_and_the_synthetic_config(tmp_path: Path) -> None:
+    missing = tmp_path / "datasets" / "Rain100H"
+    with pytest.raises(
+        DataError,
+        match=r"(?s)Rain100H does not exist.*ROOT/train/\{rain,norain\}/.*ROOT/test/\{rain,norain\}/"
+        r".*configs/synthetic\.yaml",
+    ):
+        DerainDataModule(root=str(missing))
+
+
+def test_no_data_source_at_all_is_an_error() -> None:
+    with pytest.raises(DataError, match="no training data.*synthetic"):
+        DerainDataModule()
+
+
+def test_synthetic_mode_needs_no_data_on_disk() -> None:
+    dm = DerainDataModule(synthetic=True, synthetic_length=8, patch_size=32, batch_size=4, num_workers=0)
+    dm.setup("fit")
+    train_set = dm.train_set
+    dm.setup("fit")  # idempotent
+    assert dm.train_set is train_set and dm.train_pairs == [] and dm.val_pairs == []
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["rain"].shape == batch["clean"].shape == (4, 3, 32, 32)
+    assert batch["rain"].dtype == torch.float32 and len(batch["name"]) == 4
+    val = list(dm.val_dataloader())
+    assert len(val) == 8 and val[0]["rain"].shape == (1, 3, 256, 256)
+    torch.testing.assert_close(
+        val[3]["rain"], next(x for i, x in enumerate(dm.val_dataloader()) if i == 3)["rain"]
+    )
+
+
+def test_root_train_test_split_exclusion_and_transplant(tmp_path: Path) -> None:
+    names = [f"{i}.png" for i in range(1, 11)]
+    make_pairs(tmp_path / "root" / "train", names, names)
+    make_pairs(tmp_path / "root" / "test", names[:3], names[:3])
+    write(tmp_path / "clean" / "a" / "photo.png", noise(48, 48, seed=9))
+    exclude = tmp_path / "overlap.txt"
+    exclude.write_text("# shares a background with the test set\n0001\n")
+    dm = DerainDataModule(
+        root=str(tmp_path / "root"),
+        exclude_list=str(exclude),
+        clean_dirs=(str(tmp_path / "clean"),),
+        synthetic_length=5,
+        real_repeat=2,
+        val_fraction=0.2,
+        patch_size=16,
+        batch_size=2,
+        num_workers=0,
+    )
+    dm.setup()
+    assert [p[0].name for p in dm.excluded_pairs] == ["1.png"]
+    assert len(dm.val_pairs) == 2 and len(dm.train_pairs) == 7
+    assert not {p[0] for p in dm.val_pairs} & {p[0] for p in dm.train_pairs}
+    assert len(dm.train_set) == 7 * 2 + 5
+    assert len(dm.test_pairs) == 3
+    assert next(iter(dm.val_dataloader()))["rain"].shape == (1, 3, 24, 32)
+    assert next(iter(dm.test_dataloader()))["clean"].shape == (1, 3, 24, 32)
+    assert next(iter(dm.train_dataloader()))["rain"].shape == (2, 3, 16, 16)
+
+
+def test_root_without_train_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"has no train/ folder"):
+        DerainDataModule(root=str(tmp_path))
+
+
+@pytest.mark.data
+def test_real_rain100h_pairs_with_workers() -> None:
+    if not RAIN100H_MINI.is_dir():
+        pytest.skip(f"real data not present: {RAIN100H_MINI} (only on machines with ../shared/data)")
+    dm = DerainDataModule(
+        train_dirs=(str(RAIN100H_MINI),), patch_size=64, batch_size=4, num_workers=2, synthetic_length=0
+    )
+    dm.setup("fit")
+    assert len(dm.train_pairs) + len(dm.val_pairs) == len(find_pairs(RAIN100H_MINI))
+    assert len(dm.val_pairs) >= 1
+    batches = list(itertools.islice(dm.train_dataloader(), 3))
+    assert all(b["rain"].shape == (4, 3, 64, 64) for b in batches)
+    # Rain100H is heavy rain: the rainy input is far from the clean image.
+    val = next(iter(dm.val_dataloader()))
+    assert set(val["rain"].shape[2:]) == {321, 481}
+    mse = (val["rain"] - val["clean"]).pow(2).mean()
+    assert 10 * torch.log10(1 / mse) < 25
+
+
+def test_dataloader_workers_draw_different_random_streams(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["1.png"], ["1.png"])
+    pairs = find_pairs(tmp_path) * 4  # the same pair four times: only the augmentation can tell items apart
+    paired = PairedDataset(pairs, patch_size=16, augment=True)
+    synthetic = SyntheticRainDataset([noise(64, 64)], length=4, patch_size=16)
+    for data in (paired, synthetic):
+        loader = torch.utils.data.DataLoader(data, batch_size=1, num_workers=2)
+        items = {b["rain"].numpy().tobytes() for b in loader}
+        assert len(items) == 4, f"{type(data).__name__}: workers repeated each other's random crops"

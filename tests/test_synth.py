@@ -1,0 +1,110 @@
+"""Synthetic rain: deterministic for a seed, heavy/light where the real data sets are, exact transplants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from derain import synth
+from derain.metrics import rgb_to_y_matlab
+
+
+def psnr_y(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR on MATLAB's Y channel of two float (H, W, 3) images, quantised to 8 bits."""
+
+    def y(x: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.round(x * 255.0) / 255.0).permute(2, 0, 1)[None].double()
+        return rgb_to_y_matlab(t)
+
+    return float(10 * torch.log10(1.0 / (y(a) - y(b)).pow(2).mean()))
+
+
+@pytest.fixture(scope="module")
+def photos() -> list[np.ndarray]:
+    return [synth.as_float(im) for im in synth.builtin_clean_images()]
+
+
+def test_builtin_clean_images_are_uint8_rgb_photos() -> None:
+    images = synth.builtin_clean_images()
+    assert len(images) >= 5  # scikit-image's five; gradio's four more when installed
+    for im in images:
+        assert im.dtype == np.uint8 and im.ndim == 3 and im.shape[2] == 3 and min(im.shape[:2]) >= 256
+    images[0][:] = 0  # callers get copies
+    assert synth.builtin_clean_images()[0].any()
+
+
+def test_same_seed_same_rain_other_seed_other_rain(photos: list[np.ndarray]) -> None:
+    clean = photos[0][:96, :128]
+    a = synth.add_rain(clean, np.random.default_rng(7))
+    b = synth.add_rain(clean, np.random.default_rng(7))
+    c = synth.add_rain(clean, np.random.default_rng(8))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert a.dtype == np.float32 and a.shape == clean.shape and a.min() >= 0 and a.max() <= 1
+
+
+def test_rain_only_brightens() -> None:
+    clean = np.full((64, 64, 3), 0.3, np.float32)
+    rainy = synth.add_rain(clean, np.random.default_rng(0), "light")  # light rain has no haze
+    assert (rainy >= clean).all() and (rainy > clean).any()
+
+
+@pytest.mark.parametrize(("style", "low", "high"), [("light", 25.0, 33.0), ("heavy", 11.0, 17.0)])
+def test_input_psnr_lands_in_the_range_of_real_data_sets(
+    photos: list[np.ndarray], style: str, low: float, high: float
+) -> None:
+    # Rain200L (light) inputs score about 28 dB PSNR-Y, Rain100H (heavy) about 14 dB.
+    rng = np.random.default_rng(0)
+    scores = [psnr_y(synth.add_rain(im[:256, :256], rng, style), im[:256, :256]) for im in photos]
+    assert low < np.mean(scores) < high, f"{style}: mean PSNR-Y {np.mean(scores):.2f} dB"
+
+
+def test_streak_layer_follows_its_angle() -> None:
+    layer = synth.rain_streaks((128, 128), np.random.default_rng(0), density=0.002, length=31, angle=0.0)
+    # Vertical streaks: neighbours along columns correlate far more than along rows.
+    vertical = np.corrcoef(layer[1:].ravel(), layer[:-1].ravel())[0, 1]
+    horizontal = np.corrcoef(layer[:, 1:].ravel(), layer[:, :-1].ravel())[0, 1]
+    assert vertical > 0.8 > horizontal
+    assert layer.shape == (128, 128) and 0 <= layer.min() and layer.max() <= 0.6 + 1e-6
+
+
+def test_unknown_style_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown rain style 'drizzle'"):
+        synth.add_rain(np.zeros((8, 8, 3), np.float32), np.random.default_rng(0), "drizzle")
+
+
+def test_haze_is_a_veil() -> None:
+    image = np.zeros((2, 2, 3), np.float32)
+    np.testing.assert_allclose(synth.add_haze(image, 0.25, 0.8), 0.2)
+
+
+def test_residual_is_clipped_difference() -> None:
+    rainy = np.array([[[0.9, 0.2, 0.5]]], np.float32)
+    clean = np.array([[[0.4, 0.5, 0.5]]], np.float32)
+    np.testing.assert_allclose(synth.rain_residual(rainy, clean), [[[0.5, 0.0, 0.0]]])
+
+
+def test_transplant_adds_the_residual_exactly_where_not_clipped() -> None:
+    rng = np.random.default_rng(0)
+    clean = rng.random((40, 60, 3), dtype=np.float32)
+    out = synth.transplant(clean, np.full((50, 70, 3), 0.3, np.float32), rng)
+    room = clean <= 0.7 - 1e-6
+    np.testing.assert_allclose(out[room], clean[room] + 0.3, atol=1e-6)
+    np.testing.assert_array_equal(out[~room], 1.0)
+
+
+def test_transplant_uses_a_flip_or_rotation_of_the_residual() -> None:
+    rng = np.random.default_rng(3)
+    residual = rng.random((30, 20, 3), dtype=np.float32) * 0.5
+    clean = np.zeros((20, 30, 3), np.float32)  # only the rotated residual fits without resizing
+    out = synth.transplant(clean, residual, rng)
+    assert any(np.array_equal(out, synth.dihedral(residual, k)) for k in range(8))
+
+
+def test_transplant_resizes_a_small_residual_up() -> None:
+    out = synth.transplant(
+        np.zeros((64, 64, 3), np.float32), np.full((16, 8, 3), 0.25, np.float32), np.random.default_rng(0)
+    )
+    assert out.shape == (64, 64, 3)
+    np.testing.assert_allclose(out, 0.25, atol=1e-6)
