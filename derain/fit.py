@@ -1,0 +1,147 @@
+"""Train a deraining network: ``python -m derain.fit --config configs/rain100h.yaml``.
+
+Every option is configuration (LightningCLI): ``--trainer.max_steps 1000``, ``--data.root datasets/Rain100H``,
+``--model.net.init_args.dim 32``; ``--print_config`` shows them all. Re-running the same command after an
+interruption resumes from ``<run>/checkpoints/last.ckpt`` (``--resume never`` starts afresh). At the end the best
+checkpoint (by ``val/psnr_y``) is exported to ``<run>/model.safetensors``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from .data import DataError, DerainDataModule
+from .export import export_checkpoint
+from .lit import DerainLitModule, NonFiniteLossError
+
+__all__ = ["DerainCLI", "main"]
+
+
+class DerainCLI(LightningCLI):
+    """LightningCLI with a best/last checkpoint callback, automatic resume and export."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "model.net": {"class_path": "derain.models.DerainNet"},
+                "checkpoint.monitor": "val/psnr_y",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": False,
+                "checkpoint.filename": "best-{step}",
+                "checkpoint.auto_insert_metric_name": False,
+                "checkpoint.save_on_train_epoch_end": False,
+            }
+        )
+        parser.add_argument(
+            "--resume",
+            default="auto",
+            help="'auto': continue from <run>/checkpoints/last.ckpt if it exists; 'never'; or a "
+            "checkpoint path",
+        )
+        parser.add_argument(
+            "--export",
+            default=True,
+            type=bool,
+            help="export the best checkpoint to <run>/model.safetensors at the end",
+        )
+
+
+def _checkpoint_callback(trainer) -> ModelCheckpoint:
+    """The best-by-metric checkpoint callback, with its folder settled, plus a ``last.ckpt`` saver beside it.
+
+    Lightning's own ``save_last`` only writes ``last`` when a top-k checkpoint was written at the same step, which
+    would make a resumed run lose progress; a second callback without a monitor rewrites ``last.ckpt`` after
+    every validation.
+    """
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        raise RuntimeError("no ModelCheckpoint callback configured")
+    if callback.dirpath is None:
+        callback.dirpath = str(Path(trainer.default_root_dir) / "checkpoints")
+    last = ModelCheckpoint(
+        dirpath=callback.dirpath,
+        filename="last",
+        monitor=None,
+        save_top_k=1,
+        enable_version_counter=False,
+        save_on_train_epoch_end=False,
+    )
+    trainer.callbacks.append(last)
+    return callback
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    seen = set()
+    while id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (DataError, NonFiniteLossError)):
+            return err
+        nxt = err.__cause__ or err.__context__
+        if nxt is None:
+            break
+        err = nxt
+    return err
+
+
+def run(args: list[str] | None = None) -> int:
+    torch.set_float32_matmul_precision("high")
+    cli = DerainCLI(
+        DerainLitModule,
+        DerainDataModule,
+        run=False,
+        args=args,
+        save_config_kwargs={"overwrite": True},
+        seed_everything_default=0,
+    )
+    trainer = cli.trainer
+    callback = _checkpoint_callback(trainer)
+    run_dir = Path(trainer.default_root_dir)
+    resume = cli.config.get("resume", "auto")
+    ckpt_path = None
+    last = Path(callback.dirpath) / "last.ckpt"
+    if resume == "auto" and last.is_file():
+        step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
+        ckpt_path = str(last)
+        if trainer.is_global_zero:
+            print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
+    elif resume not in ("auto", "never"):
+        ckpt_path = resume
+    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
+    if trainer.interrupted:
+        print(f"Interrupted: re-run the same command to resume from {last}", file=sys.stderr)
+        return 130
+    log_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
+    if cli.config.get("export", True) and trainer.is_global_zero:
+        best = callback.best_model_path or (str(last) if last.is_file() else "")
+        if best:
+            out = export_checkpoint(best, run_dir / "model.safetensors")
+            print(f"Exported {best} -> {out}")
+        print(
+            f"Run folder: {run_dir.resolve()} (checkpoints/, model.safetensors, samples under "
+            f"{Path(log_dir or run_dir) / 'samples'})"
+        )
+    return 0
+
+
+def main(args: list[str] | None = None) -> int:
+    try:
+        return run(args)
+    except Exception as err:  # noqa: BLE001 - only our two expected errors are turned into messages
+        cause = _root_cause(err)
+        if isinstance(cause, DataError):
+            print(f"error: {cause}", file=sys.stderr)
+            return 2
+        if isinstance(cause, NonFiniteLossError):
+            print(f"error: {cause}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""DerainLitModule: trains an injected restoration network with Charbonnier/L1 loss, AdamW and warm-up + cosine."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from .io import to_uint8, write_image_atomic
+from .metrics import DerainMetrics
+
+__all__ = ["DerainLitModule", "charbonnier_loss", "NonFiniteLossError"]
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3) -> Tensor:
+    """Charbonnier loss ``mean(sqrt((pred - target)² + eps²))``, a smooth L1."""
+    return torch.sqrt((pred - target).square() + eps * eps).mean()
+
+
+class DerainLitModule(L.LightningModule):
+    """Lightning wrapper that trains, validates and tests a deraining network.
+
+    The network is passed in (``net``) and knows nothing of Lightning. One step function serves train, val and
+    test; each stage owns its metrics (PSNR/SSIM on MATLAB Y and RGB, 8-bit quantized), logged as
+    ``val/psnr_y``, ``val/ssim_y``, ``val/psnr``, ``val/ssim`` (and ``test/...``).
+
+    Args:
+        net: maps a rainy batch (B, 3, H, W) in [0, 1] to the derained batch (unclamped).
+        loss: ``"charbonnier"`` (default) or ``"l1"``.
+        lr: peak learning rate of AdamW.
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
+        warmup_steps: linear warm-up steps from ``lr * 0.01``.
+        min_lr_ratio: the cosine decays to ``lr * min_lr_ratio`` at the last step.
+        sample_images: validation triplets (rainy | derained | clean) written per validation run.
+        channels_last: keep the network and batches in channels-last memory format (on this CPU a training step
+            of DerainNet is several times faster: depthwise-conv backward is slow in NCHW).
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        loss: Literal["charbonnier", "l1"] = "charbonnier",
+        lr: float = 3e-4,
+        weight_decay: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.999),
+        warmup_steps: int = 200,
+        min_lr_ratio: float = 0.01,
+        sample_images: int = 3,
+        channels_last: bool = True,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["net"])
+        self.net = net
+        self.loss_fn = charbonnier_loss if loss == "charbonnier" else nn.functional.l1_loss
+        self.metrics = nn.ModuleDict({"val": DerainMetrics(), "test": DerainMetrics()})
+        self.sample_images = sample_images
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.net.to(memory_format=self.memory_format)
+
+    def forward(self, rain: Tensor) -> Tensor:
+        return self.net(rain)
+
+    def step(self, batch: dict[str, Any], stage: str) -> Tensor:
+        rain, clean = batch["rain"].contiguous(memory_format=self.memory_format), batch["clean"]
+        pred = self.net(rain)
+        loss = self.loss_fn(pred, clean)
+        self.log(
+            f"{stage}/loss",
+            loss,
+            prog_bar=stage == "train",
+            batch_size=rain.shape[0],
+            sync_dist=stage != "train",
+        )
+        if stage != "train":
+            self.metrics[stage].update(pred.clamp(0, 1), clean)
+        return loss if stage == "train" else pred
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        loss = self.step(batch, "train")
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"training loss became {loss.item()} at step {self.global_step} "
+                f"(batch {batch_idx}); lower the learning rate or check the data"
+            )
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        # trainer.log_dir broadcasts under DDP: resolve it on every rank, not only on the one writing samples
+        self._sample_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "samples"
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        pred = self.step(batch, "val")
+        if (
+            batch_idx < self.sample_images
+            and self.trainer.is_global_zero
+            and not self.trainer.sanity_checking
+        ):
+            self._write_sample(batch, pred, batch_idx)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.step(batch, "test")
+
+    def _epoch_end(self, stage: str) -> None:
+        values = self.metrics[stage].compute()
+        self.log_dict(
+            {f"{stage}/{k}": v for k, v in values.items()}, prog_bar=stage == "val", sync_dist=False
+        )
+        self.metrics[stage].reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_end("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_end("test")
+
+    def _write_sample(self, batch: dict[str, Any], pred: Tensor, index: int) -> None:
+        """Save rainy | derained | clean side by side as a PNG under ``<log dir>/samples``."""
+        row = torch.cat([batch["rain"][0], pred[0].clamp(0, 1), batch["clean"][0]], dim=-1)
+        name = batch.get("name", [f"{index}"])[0]
+        path = self._sample_dir / f"step{self.global_step:07d}_{index}_{Path(str(name)).stem}.png"
+        write_image_atomic(path, to_uint8(row.float()))
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        decay, no_decay = [], []
+        for name, p in self.net.named_parameters():
+            if not p.requires_grad:
+                continue
+            # decay conv kernels only: not norms, temperatures, ratio weights or agent biases
+            (decay if p.ndim == 4 and "bias" not in name else no_decay).append(p)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr,
+            betas=hp.betas,
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = min(hp.warmup_steps, max(0, total - 1))
+
+        def schedule(step: int) -> float:
+            if step < warmup:
+                return 0.01 + 0.99 * step / max(1, warmup)
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return hp.min_lr_ratio + (1 - hp.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        config = getattr(self.net, "config", None)
+        if config is not None:
+            checkpoint["derain_net_config"] = config

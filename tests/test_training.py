@@ -1,0 +1,220 @@
+"""Training as a user runs it: the CLI, resume, export, learning on a tiny folder, DDP, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from derain.export import export_checkpoint, read_checkpoint_net
+from derain.fit import main as fit_main
+from derain.io import read_rgb, to_tensor
+from derain.lit import DerainLitModule, NonFiniteLossError, charbonnier_loss
+from derain.models import DerainNet
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_NET = [
+    "--model.net.class_path=derain.models.DerainNet",
+    "--model.net.init_args.dim=8",
+    "--model.net.init_args.blocks=[1, 1]",
+    "--model.net.init_args.heads=[1, 1]",
+    '--model.net.init_args.mixers=[["tksa"], ["agent"]]',
+    "--model.net.init_args.agents=4",
+]
+QUIET = [
+    "--trainer.enable_progress_bar=false",
+    "--trainer.logger=false",
+    "--trainer.enable_model_summary=false",
+]
+
+
+def make_folder(root: Path, n: int = 4, size: int = 32, seed: int = 0) -> Path:
+    """A tiny paired folder: smooth clean images; rain is a bright veil (haze) plus diagonal streaks."""
+    rng = np.random.default_rng(seed)
+    for sub in ("rain", "norain"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    yy, xx = np.mgrid[0:size, 0:size]
+    for i in range(n):
+        base = rng.uniform(0.2, 0.6, 3)
+        clean = (base[None, None] + 0.2 * np.sin((xx + yy * (i + 1))[..., None] / 7.0)) * 255
+        streak = (((xx + 2 * yy + i) % 7) == 0)[..., None] * 90.0
+        rain = np.clip(0.7 * clean + 0.3 * 255 + streak, 0, 255)
+        cv2.imwrite(str(root / "rain" / f"{i:03d}.png"), rain.astype(np.uint8))
+        cv2.imwrite(str(root / "norain" / f"{i:03d}.png"), clean.astype(np.uint8))
+    return root
+
+
+def test_charbonnier_is_smooth_l1():
+    a, b = torch.zeros(4), torch.tensor([0.0, 1.0, -2.0, 0.5])
+    assert charbonnier_loss(a, b, eps=0).item() == pytest.approx(b.abs().mean().item())
+    assert charbonnier_loss(a, a, eps=1e-3).item() == pytest.approx(1e-3)
+
+
+def test_fast_dev_run_on_the_synthetic_default(tmp_path):
+    args = [
+        "--config",
+        str(REPO / "configs/synthetic.yaml"),
+        *TINY_NET,
+        *QUIET,
+        "--trainer.fast_dev_run=true",
+        f"--trainer.default_root_dir={tmp_path}",
+        "--data.num_workers=0",
+        "--data.synthetic_length=8",
+        "--data.val_synthetic=1",
+        "--data.batch_size=2",
+        "--data.patch_size=32",
+        "--export=false",
+    ]
+    assert fit_main(args) == 0
+
+
+def test_training_learns_resumes_and_exports(tmp_path, capsys):
+    data = make_folder(tmp_path / "pairs")
+    run = tmp_path / "run"
+    common = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.train_dirs=[{data}]",
+        f"--data.val_dirs=[{data}]",
+        "--data.patch_size=32",
+        "--data.batch_size=4",
+        "--data.num_workers=0",
+        "--data.real_repeat=4",
+        "--model.lr=0.01",
+        "--model.warmup_steps=0",
+        "--model.min_lr_ratio=1.0",
+        "--trainer.accelerator=cpu",
+        "--trainer.check_val_every_n_epoch=1",
+        "--trainer.log_every_n_steps=1",
+    ]
+    assert fit_main([*common, "--trainer.max_steps=8"]) == 0
+    last = run / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 8
+    capsys.readouterr()
+
+    # the same command with more steps resumes from last.ckpt and says so
+    assert fit_main([*common, "--trainer.max_steps=40"]) == 0
+    out = capsys.readouterr().out
+    assert f"Resuming from {last} (step 8)" in out
+    assert torch.load(last, weights_only=True)["global_step"] == 40
+
+    # the exported weights rebuild the network without Lightning, and it learned: PSNR above the input's
+    weights = run / "model.safetensors"
+    with safe_open(weights, "pt") as f:
+        meta = f.metadata()
+        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    assert meta["format"] == "derain-net-v1"
+    net = DerainNet(**json.loads(meta["config"]))
+    net.load_state_dict(state)
+    rain = to_tensor(read_rgb(data / "rain/000.png"))[None]
+    clean = to_tensor(read_rgb(data / "norain/000.png"))[None]
+    with torch.no_grad():
+        pred = net.eval()(rain).clamp(0, 1)
+
+    def psnr(a, b):
+        return -10 * torch.log10((a - b).square().mean()).item()
+
+    assert psnr(pred, clean) > psnr(rain, clean) + 1.0, (psnr(pred, clean), psnr(rain, clean))
+
+
+def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "derain.fit",
+            "--config",
+            str(REPO / "configs/rain100h.yaml"),
+            f"--data.root={tmp_path / 'nowhere'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert str(tmp_path / "nowhere") in proc.stderr
+    assert "train/{rain,norain}" in proc.stderr and "configs/synthetic.yaml" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_nan_loss_stops_with_the_step(tmp_path, capsys):
+    data = make_folder(tmp_path / "pairs", n=2)
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        f"--data.train_dirs=[{data}]",
+        "--data.val_fraction=0",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+        "--data.num_workers=0",
+        "--model.lr=1e30",
+        "--model.warmup_steps=0",
+        "--trainer.max_steps=50",
+        "--trainer.limit_val_batches=0",
+    ]
+    assert fit_main(args) == 1
+    assert "training loss became" in capsys.readouterr().err
+
+
+def test_nan_loss_message_names_the_step():
+    module = DerainLitModule(DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),)))
+    batch = {"rain": torch.full((1, 3, 8, 8), float("nan")), "clean": torch.zeros(1, 3, 8, 8)}
+    module.log = lambda *a, **k: None
+    with pytest.raises(NonFiniteLossError, match="at step 0"):
+        module.training_step(batch, 0)
+
+
+def test_export_errors_name_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        export_checkpoint(tmp_path / "missing.ckpt", tmp_path / "out.safetensors")
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="bad.ckpt"):
+        read_checkpoint_net(bad)
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}}, other)
+    with pytest.raises(ValueError, match="derain_net_config"):
+        read_checkpoint_net(other)
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_ddp_on_two_cpu_processes(tmp_path):
+    data = make_folder(tmp_path / "pairs")
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "derain.fit",
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.train_dirs=[{data}]",
+        f"--data.val_dirs=[{data}]",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+        "--data.num_workers=0",
+        "--trainer.max_steps=2",
+        "--trainer.strategy=ddp",
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+    ]
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 2
+    assert "derain_net_config" in ckpt
+    assert (run / "model.safetensors").is_file()
