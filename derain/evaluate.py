@@ -1,0 +1,226 @@
+"""Score deraining against clean images: ``python -m derain.evaluate``.
+
+    python -m derain.evaluate --rain test/rain --clean test/norain --weights model.safetensors
+    python -m derain.evaluate --pred results/ --clean test/norain --csv scores.csv --json
+
+PSNR/SSIM on MATLAB's BT.601 Y channel (the published tables) and on RGB, per image and averaged over images,
+through :class:`derain.metrics.DerainMetrics`. Files pair by name: the same file name, else the same stem
+(``x.png`` vs ``x.jpg``), else the same stem without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
+Exit status: 0 when every file paired and scored, 1 when some did not (the scores of the rest are printed),
+2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .inference import WeightsError, load_model, restore
+from .io import IMAGE_SUFFIXES, read_rgb, to_tensor
+from .metrics import DerainMetrics
+
+__all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summarize", "main"]
+
+METRICS = ("psnr_y", "ssim_y", "psnr", "ssim")
+Row = dict[str, float | str]
+"""One scored image: ``name``, ``clean`` and metric columns."""
+_RAIN_PREFIX = re.compile(r"^(no)?rain(y)?[-_]", re.IGNORECASE)
+
+
+@dataclass
+class Pairing:
+    """Matched ``(test, clean)`` files and the names left without a counterpart on either side."""
+
+    pairs: list[tuple[Path, Path]]
+    missing_clean: list[str]
+    missing_test: list[str]
+
+
+def _images(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def _keys(path: Path) -> tuple[str, str, str]:
+    return path.name, path.stem, _RAIN_PREFIX.sub("", path.stem)
+
+
+def pair_files(test_dir: Path, clean_dir: Path) -> Pairing:
+    """Pair the images of ``test_dir`` with those of ``clean_dir`` by name (see the module docstring).
+
+    Each test file takes the first unambiguous match of: its file name, its stem, its stem without a
+    ``rain-``/``norain-`` prefix. Test files with no match are listed in ``missing_clean``; clean files nobody
+    matched in ``missing_test``.
+    """
+    clean = _images(clean_dir)
+    index: list[dict[str, list[Path]]] = [defaultdict(list) for _ in range(3)]
+    for path in clean:
+        for level, key in enumerate(_keys(path)):
+            index[level][key].append(path)
+    pairs, missing_clean, used = [], [], set()
+    for path in _images(test_dir):
+        match = None
+        for level, key in enumerate(_keys(path)):
+            found = [p for p in index[level].get(key, []) if p not in used]
+            if len(found) == 1:
+                match = found[0]
+                break
+        if match is None:
+            missing_clean.append(path.name)
+        else:
+            used.add(match)
+            pairs.append((path, match))
+    missing_test = [p.name for p in clean if p not in used]
+    return Pairing(pairs, missing_clean, missing_test)
+
+
+def score_pair(pred: np.ndarray, clean: np.ndarray) -> dict[str, float]:
+    """PSNR/SSIM (Y and RGB) of one uint8 RGB prediction against its uint8 RGB clean image."""
+    metrics = DerainMetrics()
+    metrics.update(to_tensor(pred)[None], to_tensor(clean)[None])
+    return {k: float(v) for k, v in metrics.compute().items()}
+
+
+def evaluate(
+    test_dir: Path,
+    clean_dir: Path,
+    *,
+    model: torch.nn.Module | None = None,
+    tile: int | None = None,
+    overlap: int = 32,
+) -> tuple[list[Row], Pairing, list[str]]:
+    """Score every pair; with ``model``, ``test_dir`` holds rainy inputs that are derained first.
+
+    Args:
+        test_dir: predictions (``model=None``) or rainy inputs.
+        clean_dir: the clean ground truth.
+        model: network to run on the rainy inputs; ``None`` scores ``test_dir`` as it is.
+        tile: tile size passed to :func:`derain.inference.restore`.
+        overlap: tile overlap passed to :func:`derain.inference.restore`.
+
+    Returns:
+        One row per scored image (``name``, ``clean``, the four metrics and, with ``model``, ``input_*``
+        scores of the rainy input itself), the pairing, and one message per pair that could not be scored.
+    """
+    pairing = pair_files(test_dir, clean_dir)
+    rows: list[Row] = []
+    problems: list[str] = []
+    for test_path, clean_path in tqdm(pairing.pairs, desc="evaluate", unit="img", file=sys.stderr):
+        try:
+            test, clean = read_rgb(test_path), read_rgb(clean_path)
+            if test.shape != clean.shape:
+                raise ValueError(
+                    f"size {test.shape[1]}x{test.shape[0]} of {test_path} differs from "
+                    f"{clean.shape[1]}x{clean.shape[0]} of {clean_path}"
+                )
+            row: Row = {"name": test_path.name, "clean": clean_path.name}
+            if model is not None:
+                row.update(score_pair(restore(model, test, tile=tile, overlap=overlap), clean))
+                row.update({f"input_{k}": v for k, v in score_pair(test, clean).items()})
+            else:
+                row.update(score_pair(test, clean))
+        except Exception as err:  # report the pair and go on with the others
+            problems.append(str(err))
+            continue
+        rows.append(row)
+    return rows, pairing, problems
+
+
+def summarize(rows: list[Row]) -> dict[str, float | int]:
+    """Means over images of every metric column, and the count."""
+    summary: dict[str, float | int] = {"count": len(rows)}
+    keys = [k for k in rows[0] if k not in ("name", "clean")] if rows else list(METRICS)
+    for key in keys:
+        values = [float(r[key]) for r in rows]
+        summary[key] = sum(values) / len(values) if values else math.nan
+    return summary
+
+
+def _write_csv(path: Path, rows: list[Row]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["name", "clean", *METRICS])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in row.items()})
+
+
+def _print_table(rows: list[Row], summary: dict[str, float | int]) -> None:
+    keys = [k for k in summary if k != "count"]
+    width = max([len(str(r["name"])) for r in rows] + [4])
+    print(f"{'name':<{width}}  " + "  ".join(f"{k:>13}" for k in keys))
+    for row in rows:
+        print(f"{row['name']!s:<{width}}  " + "  ".join(f"{float(row[k]):>13.4f}" for k in keys))
+    print(f"{'mean':<{width}}  " + "  ".join(f"{float(summary[k]):>13.4f}" for k in keys))
+    print(f"{summary['count']} image(s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m derain.evaluate",
+        description="PSNR/SSIM (MATLAB Y channel and RGB) of derained images against clean ones.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--rain", type=Path, help="folder of rainy inputs: run the model on them, then score")
+    source.add_argument("--pred", type=Path, help="folder of derained outputs to score as they are")
+    parser.add_argument("--clean", type=Path, required=True, help="folder of clean ground-truth images")
+    parser.add_argument("--weights", type=Path, default=None, help="weights for --rain (default: packaged)")
+    parser.add_argument("--tile", type=int, default=None, help="tile size for --rain (default: automatic)")
+    parser.add_argument("--overlap", type=int, default=32, help="tile overlap for --rain (default 32)")
+    parser.add_argument("--device", default=None, help="device for --rain (default: cuda if available)")
+    parser.add_argument("--csv", type=Path, default=None, help="write per-image scores to this CSV file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (means, count) on stdout")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; returns the exit status (0 all scored, 1 some files unpaired/unscored, 2 usage)."""
+    args = build_parser().parse_args(argv)
+    test_dir = args.rain or args.pred
+    for flag, folder in (("--rain" if args.rain else "--pred", test_dir), ("--clean", args.clean)):
+        if not folder.is_dir():
+            print(f"error: {flag} {folder} is not a folder", file=sys.stderr)
+            return 2
+    model = None
+    if args.rain is not None:
+        try:
+            model = load_model(args.weights, device=args.device)
+        except WeightsError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    rows, pairing, problems = evaluate(
+        test_dir, args.clean, model=model, tile=args.tile, overlap=args.overlap
+    )
+    for name in pairing.missing_clean:
+        print(f"missing: no clean image in {args.clean} for {name}", file=sys.stderr)
+    for name in pairing.missing_test:
+        print(f"missing: no image in {test_dir} for clean {name}", file=sys.stderr)
+    for message in problems:
+        print(f"failed: {message}", file=sys.stderr)
+    if not rows:
+        print(f"error: no image pairs could be scored between {test_dir} and {args.clean}", file=sys.stderr)
+        return 2
+    summary = summarize(rows)
+    if args.csv is not None:
+        _write_csv(args.csv, rows)
+    if args.json:
+        extra = {"missing_clean": pairing.missing_clean, "missing_input": pairing.missing_test}
+        finite = {k: v if math.isfinite(v) else None for k, v in summary.items()}  # identical images: inf
+        print(json.dumps({**finite, **extra, "failed": len(problems)}))
+    else:
+        _print_table(rows, summary)
+    return 1 if pairing.missing_clean or pairing.missing_test or problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

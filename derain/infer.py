@@ -1,0 +1,222 @@
+"""Derain a folder of photos: ``python -m derain.infer IN_DIR OUT_DIR``.
+
+Resumable (finished outputs are skipped; each is written atomically), robust (unreadable files are reported
+by path and the rest processed), and shardable (``--shard i/n`` splits one folder over n processes).
+Exit status: 0 when every image was derained or already done, 1 when some failed, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+from torch import nn
+from tqdm import tqdm
+
+from .inference import DEFAULT_TILE, WeightsError, load_image, load_model, restore
+from .io import IMAGE_SUFFIXES, write_image_atomic
+
+__all__ = ["Summary", "find_images", "output_path", "parse_shard", "run", "main"]
+
+JPEG_QUALITY = 95
+_DEEP_SUFFIXES = (".png", ".tif", ".tiff")  # formats that hold 16-bit samples through OpenCV
+_NO_ALPHA_SUFFIXES = (".jpg", ".jpeg")
+
+
+@dataclass
+class Summary:
+    """Counts of one run; ``failed_paths`` lists the input files that could not be derained."""
+
+    ok: int = 0
+    skipped: int = 0
+    failed: int = 0
+    ignored: int = 0
+    seconds: float = 0.0
+    failed_paths: list[Path] = field(default_factory=list)
+
+    @property
+    def images_per_second(self) -> float:
+        return self.ok / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        return f"ok {self.ok}, skipped {self.skipped}, failed {self.failed}, {self.images_per_second:.2f} images/s"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n``.
+
+    Raises:
+        argparse.ArgumentTypeError: when ``text`` is not of that form.
+    """
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard should look like i/n (e.g. 0/4), got {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard i/n needs 0 <= i < n, got {text!r}")
+    return i, n
+
+
+def find_images(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
+    """Image files under ``in_dir`` (by suffix, hidden files left out), sorted, and the count of other files."""
+    candidates = in_dir.rglob("*") if recursive else in_dir.iterdir()
+    images, ignored = [], 0
+    for path in candidates:
+        if not path.is_file() or any(part.startswith(".") for part in path.relative_to(in_dir).parts):
+            continue
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            images.append(path)
+        else:
+            ignored += 1
+    return sorted(images, key=lambda p: p.relative_to(in_dir).as_posix()), ignored
+
+
+def output_path(path: Path, in_dir: Path, out_dir: Path, fmt: str) -> Path:
+    """Where the result for ``path`` goes: the same relative path under ``out_dir``, suffix set by ``fmt``."""
+    rel = path.relative_to(in_dir)
+    suffix = path.suffix if fmt == "same" else f".{fmt}"
+    return (out_dir / rel).with_suffix(suffix)
+
+
+def _fit_to_format(image: np.ndarray, suffix: str) -> np.ndarray:
+    """Drop what the output format cannot hold: 16 bits outside PNG/TIFF, alpha in JPEG."""
+    suffix = suffix.lower()
+    if image.dtype == np.uint16 and suffix not in _DEEP_SUFFIXES:
+        image = np.rint(image / 257.0).astype(np.uint8)
+    if image.ndim == 3 and image.shape[2] == 4 and suffix in _NO_ALPHA_SUFFIXES:
+        image = image[:, :, :3]
+    return image
+
+
+def _encode_params(suffix: str) -> list[int]:
+    return [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY] if suffix.lower() in _NO_ALPHA_SUFFIXES else []
+
+
+def run(args: argparse.Namespace, model: nn.Module) -> Summary:
+    """Derain every selected image of ``args.in_dir`` into ``args.out_dir`` (see ``main`` for the options)."""
+    in_dir, out_dir = Path(args.in_dir), Path(args.out_dir)
+    images, ignored = find_images(in_dir, recursive=args.recursive)
+    if args.shard is not None:
+        i, n = args.shard
+        images = images[i::n]
+    summary = Summary(ignored=ignored)
+    if ignored:
+        print(
+            f"ignoring {ignored} file(s) without an image suffix ({', '.join(IMAGE_SUFFIXES)})",
+            file=sys.stderr,
+        )
+    claimed: dict[Path, Path] = {}
+    todo: list[tuple[Path, Path]] = []
+    for path in images:
+        out = output_path(path, in_dir, out_dir, args.format)
+        if out in claimed:
+            summary.failed += 1
+            summary.failed_paths.append(path)
+            print(f"failed: {path}: its output {out} would overwrite that of {claimed[out]}", file=sys.stderr)
+            continue
+        claimed[out] = path
+        if out.exists() and not args.overwrite:
+            summary.skipped += 1
+        else:
+            todo.append((path, out))
+
+    start = time.perf_counter()
+    with tqdm(todo, desc="derain", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
+        for path, out in bar:
+            bar.set_postfix_str(path.name, refresh=False)
+            try:
+                image = load_image(path)
+                result = restore(model, image, tile=args.tile, overlap=args.overlap)
+                result = _fit_to_format(result, out.suffix)
+                write_image_atomic(out, result, params=_encode_params(out.suffix))
+            except Exception as err:  # report and go on: one bad file must not stop a folder of thousands
+                summary.failed += 1
+                summary.failed_paths.append(path)
+                bar.write(f"failed: {path}: {err}", file=sys.stderr)
+            else:
+                summary.ok += 1
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m derain.infer",
+        description="Derain every image in IN_DIR and write the results to OUT_DIR (same names).",
+    )
+    parser.add_argument("in_dir", metavar="IN_DIR", type=Path, help="folder of rainy images")
+    parser.add_argument(
+        "out_dir", metavar="OUT_DIR", type=Path, help="output folder (created; not inside IN_DIR)"
+    )
+    parser.add_argument(
+        "--weights", type=Path, default=None, help="weights file (.safetensors or .ckpt); default: packaged"
+    )
+    parser.add_argument(
+        "--tile",
+        type=int,
+        default=None,
+        help="tile size in pixels; default: tile only large images; 0: never",
+    )
+    parser.add_argument(
+        "--overlap", type=int, default=32, help="pixels shared by neighbouring tiles (default 32)"
+    )
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    parser.add_argument("--overwrite", action="store_true", help="redo images whose output already exists")
+    parser.add_argument("--recursive", action="store_true", help="include subfolders, mirrored in OUT_DIR")
+    parser.add_argument(
+        "--format",
+        choices=("png", "jpg", "same"),
+        default="png",
+        help="output format (default png; 'same' keeps each input's suffix)",
+    )
+    parser.add_argument(
+        "--shard",
+        type=parse_shard,
+        default=None,
+        metavar="i/n",
+        help="process only every n-th file of the sorted list, starting at i (0-based)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; returns the exit status (0 ok, 1 some images failed, 2 usage error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    in_dir, out_dir = args.in_dir.resolve(), args.out_dir.resolve()
+    if not in_dir.is_dir():
+        print(f"error: IN_DIR {args.in_dir} is not a folder", file=sys.stderr)
+        return 2
+    if out_dir == in_dir or in_dir in out_dir.parents:
+        print(
+            f"error: OUT_DIR {args.out_dir} is inside IN_DIR {args.in_dir}; choose a folder outside it",
+            file=sys.stderr,
+        )
+        return 2
+    tile = DEFAULT_TILE if args.tile is None else args.tile  # what restore will use on a large image
+    if tile < 0 or args.overlap < 0 or (tile and args.overlap >= tile):
+        print(
+            f"error: need tile >= 0 and 0 <= overlap < tile, got --tile {args.tile} --overlap {args.overlap}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        model = load_model(args.weights, device=args.device)
+    except WeightsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (RuntimeError, AssertionError) as err:  # torch's words for an unknown or unavailable device
+        print(f"error: cannot use --device {args.device!r}: {err}", file=sys.stderr)
+        return 2
+    summary = run(args, model)
+    print(summary.line())
+    return 1 if summary.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,404 @@
+"""Load trained weights and derain images of any size: one ``restore()`` for CLI, evaluator and app.
+
+``restore`` owns everything between an image array and the network: dtype scaling (8/16 bit), grayscale and
+alpha, device and dtype of the model, tiling with smooth blending for large images, and the final clamp.
+
+Example:
+    >>> from derain import load_model, restore
+    >>> from derain.inference import load_image
+    >>> model = load_model("derain-small.safetensors")        # doctest: +SKIP
+    >>> clean = restore(model, load_image("rainy.jpg"))        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from .export import FORMAT, read_checkpoint_net
+from .io import ImageReadError
+from .models import DerainNet
+
+__all__ = [
+    "DEFAULT_TILE",
+    "MAX_PIXELS_UNTILED",
+    "PACKAGED_WEIGHTS",
+    "WEIGHTS_FORMAT",
+    "WeightsError",
+    "WeightsNotFoundError",
+    "default_device",
+    "load_image",
+    "load_model",
+    "packaged_weights",
+    "restore",
+    "tile_starts",
+    "blend_window",
+]
+
+WEIGHTS_FORMAT = FORMAT
+"""The ``format`` entry of a weights file's safetensors metadata (``derain-net-v1``)."""
+
+PACKAGED_WEIGHTS = "derain-small.safetensors"
+"""File name of the weights that ship inside the package, under ``derain/weights/``."""
+
+DEFAULT_TILE = 512
+"""Tile size that ``restore`` uses when it decides to tile by itself."""
+
+MAX_PIXELS_UNTILED = 1024 * 1024
+"""Images with more pixels than this are tiled when ``tile=None`` (bounds memory: about 1 GB at this size)."""
+
+
+class WeightsError(ValueError):
+    """A weights file that is missing, unreadable, or not a ``DerainNet`` checkpoint."""
+
+
+class WeightsNotFoundError(WeightsError, FileNotFoundError):
+    """No weights file where one was asked for (or no trained weights ship with the package)."""
+
+
+def default_device() -> torch.device:
+    """``cuda`` when a GPU is visible, else ``cpu``."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def packaged_weights() -> Path:
+    """Path of the weights that ship inside the package (``derain/weights/derain-small.safetensors``).
+
+    Raises:
+        WeightsNotFoundError: when no trained weights ship with this copy of derain yet.
+    """
+    ref = resources.files("derain").joinpath("weights", PACKAGED_WEIGHTS)
+    path = Path(str(ref))
+    if not path.is_file():
+        raise WeightsNotFoundError(
+            f"no trained weights ship with this copy of derain yet ({path} does not exist); "
+            "pass a weights file explicitly: load_model('model.safetensors') in Python, "
+            "or --weights FILE (.safetensors from derain.export, or a Lightning .ckpt) on the command line"
+        )
+    return path
+
+
+def _net_from(config: object, state: dict[str, torch.Tensor], path: Path) -> DerainNet:
+    if not isinstance(config, dict):
+        raise WeightsError(f"{path}: the network config should be a dict, got {type(config).__name__}")
+    try:
+        net = DerainNet(**config)
+    except (TypeError, ValueError) as err:
+        raise WeightsError(f"{path}: cannot build DerainNet from the stored config: {err}") from None
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0:2]
+        raise WeightsError(f"{path}: the weights do not fit the stored config: {' '.join(first)}") from None
+    return net
+
+
+def _load_safetensors(path: Path) -> DerainNet:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            state = {key: f.get_tensor(key) for key in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise WeightsError(f"{path}: not a readable safetensors file ({err})") from None
+    if meta.get("format") != WEIGHTS_FORMAT:
+        raise WeightsError(
+            f"{path}: metadata 'format' is {meta.get('format')!r}, expected {WEIGHTS_FORMAT!r} "
+            "(write weights with derain.export)"
+        )
+    try:
+        config = json.loads(meta["config"])
+    except (KeyError, json.JSONDecodeError) as err:
+        raise WeightsError(f"{path}: metadata 'config' is missing or not JSON ({err})") from None
+    return _net_from(config, state, path)
+
+
+def _load_lightning(path: Path) -> DerainNet:
+    try:
+        state, config = read_checkpoint_net(path)
+    except ValueError as err:
+        raise WeightsError(str(err).splitlines()[0]) from None
+    if not state:
+        raise WeightsError(f"{path}: the checkpoint's state_dict has no 'net.*' entries")
+    return _net_from(config, state, path)
+
+
+def load_model(
+    weights: str | os.PathLike | None = None, device: str | torch.device | None = None
+) -> DerainNet:
+    """Build a ``DerainNet`` from a weights file, in eval mode.
+
+    Args:
+        weights: a ``.safetensors`` file written by ``derain.export`` (metadata ``format`` =
+            ``derain-net-v1`` and the network ``config`` as JSON), or a Lightning ``.ckpt`` from
+            ``DerainLitModule``. ``None`` loads the weights that ship in the package
+            (``derain/weights/derain-small.safetensors``).
+        device: where to put the model; ``None`` picks ``cuda`` when available, else ``cpu``.
+
+    Returns:
+        The network in eval mode on ``device``.
+
+    Raises:
+        WeightsNotFoundError: the file does not exist, or ``weights=None`` and no trained weights ship yet.
+        WeightsError: the file is not a readable ``DerainNet`` weights file (the message names it).
+    """
+    path = packaged_weights() if weights is None else Path(weights)
+    if not path.is_file():
+        raise WeightsNotFoundError(f"weights file {path} does not exist")
+    if path.stat().st_size == 0:
+        raise WeightsError(f"{path}: the weights file is empty")
+    if path.suffix == ".ckpt":
+        net = _load_lightning(path)
+    elif path.suffix == ".safetensors":
+        net = _load_safetensors(path)
+    else:
+        raise WeightsError(f"{path}: unknown weights suffix {path.suffix!r}; expected .safetensors or .ckpt")
+    return net.to(device if device is not None else default_device()).eval()
+
+
+# ---------------------------------------------------------------------------------------------- image loading
+
+# EXIF orientation tag (0x0112) -> how to turn the stored pixels upright (as PIL's ImageOps.exif_transpose).
+_ORIENT = {
+    2: lambda a: a[:, ::-1],
+    3: lambda a: a[::-1, ::-1],
+    4: lambda a: a[::-1],
+    5: lambda a: a.swapaxes(0, 1),
+    6: lambda a: np.rot90(a, k=-1),
+    7: lambda a: a[::-1, ::-1].swapaxes(0, 1),
+    8: lambda a: np.rot90(a, k=1),
+}
+
+
+def _exif_orientation(data: bytes) -> int:
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return int(im.getexif().get(0x0112, 1))
+    except Exception:  # no EXIF reader for this format, or a broken EXIF block: leave the pixels as stored
+        return 1
+
+
+def load_image(path: str | os.PathLike) -> np.ndarray:
+    """Read an image file as stored (gray, RGB or RGBA; 8 or 16 bit), turned upright by its EXIF orientation.
+
+    Unlike ``derain.io.read_rgb`` this keeps what ``restore`` can give back: the alpha channel, 16-bit depth
+    and single-channel grayscale.
+
+    Args:
+        path: an image file (anything OpenCV decodes: PNG, JPEG, TIFF, WebP, BMP, ...).
+
+    Returns:
+        ``uint8`` or ``uint16`` array, (H, W) for grayscale, (H, W, 3) RGB or (H, W, 4) RGBA.
+
+    Raises:
+        ImageReadError: naming ``path`` when it is missing, empty, not decodable, or of an unsupported depth.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ImageReadError(f"cannot read image {path}: {err.strerror or err}") from None
+    if not data:
+        raise ImageReadError(f"cannot read image {path}: the file is empty")
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)  # keeps depth/alpha, ignores EXIF
+    if img is None:
+        raise ImageReadError(
+            f"cannot read image {path}: not a decodable image (corrupt or unsupported format)"
+        )
+    if img.dtype not in (np.uint8, np.uint16):
+        raise ImageReadError(f"cannot read image {path}: {img.dtype} pixels; expected 8- or 16-bit integers")
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    elif img.ndim == 3 and img.shape[2] == 3:
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    elif img.ndim == 3 and img.shape[2] == 4:
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2RGBA)
+    elif img.ndim != 2:
+        raise ImageReadError(f"cannot read image {path}: unsupported shape {img.shape}")
+    orientation = _exif_orientation(data)
+    if orientation in _ORIENT:
+        img = _ORIENT[orientation](img)
+    return np.ascontiguousarray(img)
+
+
+# ------------------------------------------------------------------------------------------------ tiling
+
+
+def tile_starts(length: int, tile: int, overlap: int) -> list[int]:
+    """Start offsets of ``tile``-sized tiles covering ``[0, length)``, sharing at least ``overlap`` pixels.
+
+    The last tile is shifted back to end at ``length``, so all tiles have one size, ``min(tile, length)``.
+
+    Example:
+        >>> tile_starts(1000, 400, 32)
+        [0, 368, 600]
+    """
+    if length <= tile:
+        return [0]
+    stride = tile - overlap
+    starts = list(range(0, length - tile, stride))
+    starts.append(length - tile)
+    return starts
+
+
+def blend_window(size: int, overlap: int) -> np.ndarray:
+    """1-D blending weight of a tile: flat 1 in the middle, raised-cosine ramps of ``overlap`` pixels.
+
+    ``w[i] = (1 - cos(π (i + 1) / (overlap + 1))) / 2`` on the ramp, so it is strictly positive everywhere (no
+    division by zero where only one tile covers a pixel) and tiles cross-fade smoothly in their overlap.
+
+    Example:
+        >>> blend_window(6, 2).round(2).tolist()
+        [0.25, 0.75, 1.0, 1.0, 0.75, 0.25]
+    """
+    w = np.ones(size, dtype=np.float32)
+    ramp_len = min(overlap, size // 2)
+    if ramp_len > 0:
+        ramp = 0.5 - 0.5 * np.cos(np.pi * np.arange(1, ramp_len + 1) / (ramp_len + 1))
+        w[:ramp_len] = ramp
+        w[size - ramp_len :] = ramp[::-1]
+    return w
+
+
+# ------------------------------------------------------------------------------------------------ restore
+
+
+def _split_channels(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """(H, W[, C]) -> RGB (H, W, 3), alpha or None, and the kind to give back (gray, gray1, rgb, rgba)."""
+    if image.ndim == 2:
+        return np.repeat(image[:, :, None], 3, axis=2), None, "gray"
+    if image.ndim == 3 and image.shape[2] == 1:
+        return np.repeat(image, 3, axis=2), None, "gray1"
+    if image.ndim == 3 and image.shape[2] == 3:
+        return image, None, "rgb"
+    if image.ndim == 3 and image.shape[2] == 4:
+        return image[:, :, :3], image[:, :, 3:], "rgba"
+    raise ValueError(
+        f"restore expects an image of shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); got {image.shape}"
+    )
+
+
+def _model_device_dtype(
+    model: nn.Module, device: str | torch.device | None
+) -> tuple[torch.device, torch.dtype]:
+    param = next(model.parameters(), None)
+    dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
+    if device is not None:
+        device = torch.device(device)
+        if param is not None and param.device != device:
+            model.to(device)
+        return device, dtype
+    return (param.device if param is not None else torch.device("cpu")), dtype
+
+
+def restore(
+    model: nn.Module,
+    image: np.ndarray,
+    *,
+    tile: int | None = None,
+    overlap: int = 32,
+    device: str | torch.device | None = None,
+    max_pixels_untiled: int = MAX_PIXELS_UNTILED,
+    batch_size: int = 1,
+) -> np.ndarray:
+    """Derain one image array; the result has the input's shape and dtype.
+
+    The image is scaled to [0, 1] floats, run through ``model`` (in ``torch.inference_mode``, on the model's
+    device and dtype), clamped, and scaled back with rounding. Grayscale is run as three equal channels and
+    averaged back; an alpha channel is passed through unchanged; ``uint16`` keeps its 16-bit precision.
+
+    With tiling, the image is cut into ``tile``×``tile`` tiles that overlap by ``overlap`` pixels, each
+    tile is derained on its own, and the tiles are cross-faded with a flat-topped raised-cosine window
+    (:func:`blend_window`), accumulated in float32 arrays, so memory is bounded by the tile size (plus two
+    float32 copies of the image) whatever the image size. Tiling changes the output slightly because the
+    network's attention is global; see ``docs/usage.md`` for measured differences.
+
+    Args:
+        model: a ``DerainNet`` (or any module mapping (B, 3, H, W) in [0, 1] to the same shape).
+        image: ``uint8`` or ``uint16`` array, (H, W), (H, W, 1), (H, W, 3) RGB or (H, W, 4) RGBA.
+        tile: tile size in pixels; ``None`` runs the whole image at once unless it has more than
+            ``max_pixels_untiled`` pixels, in which case 512-pixel tiles are used; ``0`` never tiles.
+        overlap: pixels shared by neighbouring tiles (must be smaller than ``tile``).
+        device: run on this device (the model is moved there); ``None`` uses the model's device.
+        max_pixels_untiled: pixel budget for a single untiled pass when ``tile`` is ``None``.
+        batch_size: tiles per forward pass.
+
+    Returns:
+        The derained image, same shape and dtype as ``image``.
+
+    Raises:
+        ValueError: on an unsupported shape or dtype, or ``overlap``/``tile`` values that cannot work.
+    """
+    if not isinstance(image, np.ndarray):
+        raise TypeError(f"restore expects a numpy array, got {type(image).__name__}")
+    if image.dtype == np.uint8:
+        scale = 255.0
+    elif image.dtype == np.uint16:
+        scale = 65535.0
+    else:
+        raise ValueError(f"restore expects uint8 or uint16 pixels, got {image.dtype}")
+    rgb, alpha, kind = _split_channels(image)
+    h, w = rgb.shape[:2]
+    if h == 0 or w == 0:
+        raise ValueError(f"restore got an empty image of shape {image.shape}")
+    if tile is None:
+        tile = DEFAULT_TILE if h * w > max_pixels_untiled else 0
+    if tile < 0 or overlap < 0:
+        raise ValueError(f"tile and overlap should be >= 0, got tile={tile}, overlap={overlap}")
+    if tile and overlap >= tile:
+        raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
+    if batch_size < 1:
+        raise ValueError(f"batch_size should be >= 1, got {batch_size}")
+    device, dtype = _model_device_dtype(model, device)
+    was_training = model.training
+    model.eval()
+
+    def run(batch: list[np.ndarray]) -> np.ndarray:
+        x = torch.from_numpy(np.stack(batch)).to(device).permute(0, 3, 1, 2).to(dtype).div_(scale)
+        y = model(x).float().clamp_(0.0, 1.0)
+        return y.permute(0, 2, 3, 1).cpu().numpy()
+
+    try:
+        with torch.inference_mode():
+            if not tile or (h <= tile and w <= tile):
+                out = run([rgb])[0]
+            else:
+                out = _restore_tiled(run, rgb, tile, overlap, batch_size)
+    finally:
+        model.train(was_training)
+    if kind in ("gray", "gray1"):
+        out = out.mean(axis=2, keepdims=kind == "gray1")
+    result = np.rint(out * scale).astype(image.dtype)
+    if alpha is not None:
+        result = np.concatenate([result, alpha], axis=2)
+    return result
+
+
+def _restore_tiled(
+    run: Callable[[list[np.ndarray]], np.ndarray], rgb: np.ndarray, tile: int, overlap: int, batch_size: int
+) -> np.ndarray:
+    h, w = rgb.shape[:2]
+    th, tw = min(tile, h), min(tile, w)
+    weight = blend_window(th, overlap)[:, None] * blend_window(tw, overlap)[None, :]
+    acc = np.zeros((h, w, 3), dtype=np.float32)
+    norm = np.zeros((h, w, 1), dtype=np.float32)
+    boxes = [(y, x) for y in tile_starts(h, tile, overlap) for x in tile_starts(w, tile, overlap)]
+    for i in range(0, len(boxes), batch_size):
+        chunk = boxes[i : i + batch_size]
+        outs = run([rgb[y : y + th, x : x + tw] for y, x in chunk])
+        for (y, x), o in zip(chunk, outs, strict=True):
+            acc[y : y + th, x : x + tw] += o * weight[:, :, None]
+            norm[y : y + th, x : x + tw] += weight[:, :, None]
+    acc /= norm
+    return acc

@@ -1,0 +1,78 @@
+"""The web page in a real Chromium: upload a photo, click *Derain*, see the before/after slider."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from derain.models import DerainNet
+
+CHROMIUM = Path("/usr/bin/chromium")
+REPO = Path(__file__).resolve().parents[1]
+TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    spec = importlib.util.spec_from_file_location("derain_app", REPO / "app.py")
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    torch.manual_seed(0)
+    demo = app.build_app(DerainNet(**TINY).eval(), warning=app.UNTRAINED_WARNING)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+def test_upload_derain_and_see_the_result(url: str, tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    photo = REPO / "datasets" / "examples" / "chelsea-rain.jpg"
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(url, wait_until="networkidle")
+            page.locator("#photo input[type=file]").set_input_files(str(photo))
+            page.locator("#photo img").first.wait_for(state="visible", timeout=30_000)  # upload preview
+            page.locator("#derain-button").click()
+            status = page.locator("#status")
+            sync_api.expect(status).to_contain_text("Derained 451×300 pixels", timeout=60_000)
+            result_images = page.locator("#result img")
+            sync_api.expect(result_images.first).to_be_visible()
+            assert result_images.count() == 2  # before and after, under the slider
+            download = page.locator("#download")
+            sync_api.expect(download).to_contain_text("chelsea-rain-derained")
+            href = download.locator("a").first.get_attribute("href")
+            assert href is not None
+            png = page.request.get(href)
+            assert png.ok and png.body()[:8] == b"\x89PNG\r\n\x1a\n"
+            page.screenshot(path=str(tmp_path / "derain-page.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (tmp_path / "derain-page.png").stat().st_size > 10_000

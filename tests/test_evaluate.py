@@ -1,0 +1,132 @@
+"""``python -m derain.evaluate``: scores against numbers computed by hand, pairing by name, CSV and JSON."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from derain.evaluate import main, pair_files
+from derain.export import save_net
+from derain.models import DerainNet
+
+TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
+
+# Flat gray clean images at level 100, predictions at level 110 (every channel +10):
+#   RGB:  MSE = 10² = 100                      -> PSNR = 10·log10(255² / 100) = 28.1308 dB
+#   Y:    Y = round(16 + 219·v/255): 102 vs 110 -> MSE = 64 -> PSNR = 10·log10(255² / 64) = 30.0034 dB
+#   SSIM of flat images is the luminance term (2·μx·μy + C1) / (μx² + μy² + C1), C1 = 0.01², μ on [0, 1]
+#   (torchmetrics computes it in float32 as E[x²] - μ², which moves it by ~1.3e-4: hence SSIM_TOL).
+PSNR_RGB = 10 * math.log10(255**2 / 100)
+PSNR_Y = 10 * math.log10(255**2 / 64)
+SSIM_TOL = 5e-4
+
+
+def flat_ssim(a: float, b: float) -> float:
+    x, y, c1 = a / 255, b / 255, 0.01**2
+    return (2 * x * y + c1) / (x * x + y * y + c1)
+
+
+def flat(path: Path, level: int, size: tuple[int, int] = (24, 32)) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert cv2.imwrite(str(path), np.full((*size, 3), level, np.uint8))
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    pred, clean = tmp_path / "pred", tmp_path / "clean"
+    for name in ("a.png", "b.png"):
+        flat(pred / name, 110)
+        flat(clean / name, 100)
+    flat(pred / "c.png", 110)  # stem match: c.png vs c.bmp
+    flat(clean / "c.bmp", 100)
+    flat(pred / "rain-007.png", 110)  # JORDER/PReNet naming
+    flat(clean / "norain-007.png", 100)
+    return pred, clean
+
+
+def test_pairing_by_name_stem_and_rain_prefix(folders: tuple[Path, Path]) -> None:
+    pred, clean = folders
+    flat(pred / "lonely.png", 110)
+    flat(clean / "orphan.png", 100)
+    pairing = pair_files(pred, clean)
+    assert [(p.name, c.name) for p, c in pairing.pairs] == [
+        ("a.png", "a.png"),
+        ("b.png", "b.png"),
+        ("c.png", "c.bmp"),
+        ("rain-007.png", "norain-007.png"),
+    ]
+    assert pairing.missing_clean == ["lonely.png"]
+    assert pairing.missing_test == ["orphan.png"]
+
+
+def test_scores_match_hand_computed_values(
+    folders: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pred, clean = folders
+    status = main(["--pred", str(pred), "--clean", str(clean), "--json", "--csv", str(tmp_path / "s.csv")])
+    assert status == 0
+    result = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
+    assert result["count"] == 4
+    assert result["psnr"] == pytest.approx(PSNR_RGB, abs=1e-3)
+    assert result["psnr_y"] == pytest.approx(PSNR_Y, abs=1e-3)
+    assert result["ssim"] == pytest.approx(flat_ssim(100, 110), abs=SSIM_TOL)
+    assert result["ssim_y"] == pytest.approx(flat_ssim(102, 110), abs=SSIM_TOL)
+    assert result["missing_clean"] == [] and result["failed"] == 0
+
+    with (tmp_path / "s.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["name"] for r in rows] == ["a.png", "b.png", "c.png", "rain-007.png"]
+    assert rows[2]["clean"] == "c.bmp"
+    assert float(rows[0]["psnr"]) == pytest.approx(PSNR_RGB, abs=1e-3)
+
+
+def test_table_output_and_missing_files(
+    folders: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pred, clean = folders
+    flat(pred / "lonely.png", 110)
+    flat(pred / "small.png", 110, size=(10, 10))
+    flat(clean / "small.png", 100)
+    status = main(["--pred", str(pred), "--clean", str(clean)])
+    out, err = capsys.readouterr()
+    assert status == 1  # scored what it could, but something was missing
+    assert f"missing: no clean image in {clean} for lonely.png" in err
+    assert "failed: size 10x10 of" in err and "differs from 32x24" in err
+    assert out.splitlines()[0].split() == ["name", "psnr_y", "ssim_y", "psnr", "ssim"]
+    mean = out.splitlines()[-2].split()
+    assert mean[0] == "mean" and float(mean[3]) == pytest.approx(PSNR_RGB, abs=1e-3)
+    assert out.splitlines()[-1] == "4 image(s)"
+
+
+def test_rain_mode_runs_the_model_and_reports_input_psnr(
+    folders: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rain, clean = folders
+    torch.manual_seed(0)
+    weights = save_net(DerainNet(**TINY), tmp_path / "tiny.safetensors")
+    status = main(["--rain", str(rain), "--clean", str(clean), "--weights", str(weights), "--json"])
+    assert status == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["count"] == 4
+    assert result["input_psnr"] == pytest.approx(PSNR_RGB, abs=1e-3)
+    assert result["input_psnr_y"] == pytest.approx(PSNR_Y, abs=1e-3)
+    assert math.isfinite(result["psnr_y"]) and 0 < result["ssim"] <= 1
+
+
+def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["--pred", str(tmp_path / "nowhere"), "--clean", str(tmp_path)]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert main(["--pred", str(tmp_path / "empty"), "--clean", str(tmp_path / "empty")]) == 2
+    assert "no image pairs" in capsys.readouterr().err
+    assert main(["--rain", str(tmp_path), "--clean", str(tmp_path), "--weights", "gone.safetensors"]) == 2
+    assert "gone.safetensors does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--pred", str(tmp_path), "--rain", str(tmp_path), "--clean", str(tmp_path)])

@@ -1,0 +1,178 @@
+"""``python -m derain.infer IN_DIR OUT_DIR``: a folder with good, odd and broken files, re-runs and shards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from derain.export import save_net
+from derain.infer import main, parse_shard
+from derain.inference import load_image
+from derain.models import DerainNet
+
+TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    return save_net(DerainNet(**TINY), tmp_path_factory.mktemp("weights") / "tiny.safetensors")
+
+
+def write(path: Path, image: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if image.ndim == 3 and image.shape[2] == 3:
+        image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
+    elif image.ndim == 3 and image.shape[2] == 4:
+        image = cv2.cvtColor(image, cv2.COLOR_RGBA2BGRA)
+    assert cv2.imwrite(str(path), image)
+
+
+@pytest.fixture
+def photos(tmp_path: Path) -> Path:
+    """good.png, photo.jpg, gray.png, rgba.png, deep.png (16-bit), sub/inner.png, plus broken and other files."""
+    rng = np.random.default_rng(0)
+    d = tmp_path / "rainy"
+    write(d / "good.png", rng.integers(0, 256, (24, 40, 3), dtype=np.uint8))
+    write(d / "photo.jpg", rng.integers(0, 256, (32, 24, 3), dtype=np.uint8))
+    write(d / "gray.png", rng.integers(0, 256, (20, 28), dtype=np.uint8))
+    write(d / "rgba.png", rng.integers(0, 256, (20, 28, 4), dtype=np.uint8))
+    write(d / "deep.png", rng.integers(0, 65536, (20, 28, 3), dtype=np.uint16))
+    write(d / "sub" / "inner.png", rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+    (d / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 50)
+    (d / "empty.jpg").write_bytes(b"")
+    (d / "notes.txt").write_text("not an image")
+    return d
+
+
+def test_folder_with_good_and_broken_files(
+    photos: Path, tmp_path: Path, tiny_weights: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "clean"
+    status = main([str(photos), str(out), "--weights", str(tiny_weights), "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert status == 1  # some files failed
+    assert "ok 5, skipped 0, failed 2," in captured.out and "images/s" in captured.out
+    assert f"failed: {photos / 'corrupt.png'}: " in captured.err
+    assert f"failed: {photos / 'empty.jpg'}: " in captured.err and "the file is empty" in captured.err
+    assert "ignoring 1 file(s) without an image suffix" in captured.err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "deep.png",
+        "good.png",
+        "gray.png",
+        "photo.png",
+        "rgba.png",
+    ]
+
+    assert load_image(out / "good.png").shape == (24, 40, 3)
+    assert load_image(out / "photo.png").shape == (32, 24, 3)
+    assert load_image(out / "gray.png").shape == (20, 28)
+    rgba_in, rgba_out = load_image(photos / "rgba.png"), load_image(out / "rgba.png")
+    assert rgba_out.shape == (20, 28, 4)
+    np.testing.assert_array_equal(rgba_out[:, :, 3], rgba_in[:, :, 3])
+    assert load_image(out / "deep.png").dtype == np.uint16
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
+
+    # A re-run skips what is done and retries only the broken files.
+    stamp = (out / "good.png").stat().st_mtime_ns
+    status = main([str(photos), str(out), "--weights", str(tiny_weights), "--device", "cpu"])
+    assert status == 1
+    assert "ok 0, skipped 5, failed 2," in capsys.readouterr().out
+    assert (out / "good.png").stat().st_mtime_ns == stamp
+
+    # Once the broken files are gone, a re-run with --overwrite redoes everything and succeeds.
+    (photos / "corrupt.png").unlink()
+    (photos / "empty.jpg").unlink()
+    status = main([str(photos), str(out), "--weights", str(tiny_weights), "--device", "cpu", "--overwrite"])
+    assert status == 0
+    assert "ok 5, skipped 0, failed 0," in capsys.readouterr().out
+
+
+def test_recursive_mirrors_subfolders_and_format(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:
+    (photos / "corrupt.png").unlink()
+    (photos / "empty.jpg").unlink()
+    out = tmp_path / "clean"
+    weights = ["--weights", str(tiny_weights)]
+    argv = [
+        str(photos),
+        str(out),
+        *weights,
+        "--recursive",
+        "--format",
+        "jpg",
+        "--tile",
+        "16",
+        "--overlap",
+        "4",
+    ]
+    assert main(argv) == 0
+    assert (out / "sub" / "inner.jpg").is_file()
+    assert load_image(out / "rgba.jpg").shape == (20, 28, 3)  # no alpha in JPEG
+    assert load_image(out / "deep.jpg").dtype == np.uint8
+    out_same = tmp_path / "same"
+    assert main([str(photos), str(out_same), "--weights", str(tiny_weights), "--format", "same"]) == 0
+    assert (out_same / "photo.jpg").is_file() and (out_same / "good.png").is_file()
+
+
+def test_shards_split_the_sorted_list(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:
+    (photos / "corrupt.png").unlink()
+    (photos / "empty.jpg").unlink()
+    out = tmp_path / "clean"
+    names = []
+    for i in range(3):
+        before = set(p.name for p in out.glob("*")) if out.exists() else set()
+        assert main([str(photos), str(out), "--weights", str(tiny_weights), "--shard", f"{i}/3"]) == 0
+        names.append(sorted(set(p.name for p in out.glob("*")) - before))
+    # sorted inputs: deep, good, gray, photo, rgba -> shard 0: deep, photo; 1: good, rgba; 2: gray
+    assert names == [["deep.png", "photo.png"], ["good.png", "rgba.png"], ["gray.png"]]
+
+
+def test_parse_shard() -> None:
+    assert parse_shard("2/4") == (2, 4)
+    for bad in ["4/4", "-1/2", "1", "a/b"]:
+        with pytest.raises(Exception, match="--shard"):
+            parse_shard(bad)
+
+
+def test_usage_errors_exit_2(photos: Path, tiny_weights: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(photos), str(photos / "out"), "--weights", str(tiny_weights)]) == 2
+    assert "is inside IN_DIR" in capsys.readouterr().err
+    assert main([str(photos), str(photos), "--weights", str(tiny_weights)]) == 2
+    assert main([str(photos / "nowhere"), str(photos.parent / "o"), "--weights", str(tiny_weights)]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert main([str(photos), str(photos.parent / "o"), "--weights", str(photos / "none.safetensors")]) == 2
+    assert "none.safetensors does not exist" in capsys.readouterr().err
+    assert main([str(photos), str(photos.parent / "o"), "--tile", "16", "--overlap", "16"]) == 2
+    assert "0 <= overlap < tile, got --tile 16 --overlap 16" in capsys.readouterr().err
+    assert not (photos.parent / "o").exists()
+
+
+def test_module_entry_without_weights_gives_clear_message(photos: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "derain.infer",
+            str(photos),
+            str(tmp_path / "o"),
+            "--weights",
+            "missing.safetensors",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "error: weights file missing.safetensors does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr

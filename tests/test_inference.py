@@ -1,0 +1,291 @@
+"""load_model and restore: what a user loads, what comes back for each kind of image, and how tiling behaves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+from safetensors.torch import save_file
+from torch import nn
+
+from derain.export import save_net
+from derain.inference import (
+    WeightsError,
+    WeightsNotFoundError,
+    blend_window,
+    load_image,
+    load_model,
+    restore,
+    tile_starts,
+)
+from derain.io import ImageReadError
+from derain.models import DerainNet
+
+TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
+
+# Measured with the tiny random-init network on a blurred-noise 256×384 image, tiles of 128 with 32 overlap:
+# max 4-5 levels, mean 0.6-0.9 over seeds 0-2. The bound leaves headroom for other seeds and platforms.
+TILED_MAX_ABS_DIFF = 10
+TILED_MEAN_ABS_DIFF = 1.5
+
+
+@pytest.fixture(scope="module")
+def tiny_net() -> DerainNet:
+    torch.manual_seed(0)
+    return DerainNet(**TINY).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_weights(tiny_net: DerainNet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_net(tiny_net, tmp_path_factory.mktemp("weights") / "tiny.safetensors")
+
+
+def smooth_image(h: int, w: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return cv2.GaussianBlur((rng.random((h, w, 3)) * 255).astype(np.uint8), (0, 0), 3)
+
+
+# ------------------------------------------------------------------------------------------------ load_model
+
+
+def test_load_model_from_safetensors(tiny_net: DerainNet, tiny_weights: Path) -> None:
+    model = load_model(tiny_weights, device="cpu")
+    assert not model.training
+    assert model.config == tiny_net.config
+    for key, value in tiny_net.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_load_model_from_lightning_checkpoint(tiny_net: DerainNet, tmp_path: Path) -> None:
+    ckpt = {
+        "state_dict": {f"net.{k}": v for k, v in tiny_net.state_dict().items()},
+        "hyper_parameters": {"lr": 1e-3},
+        "derain_net_config": tiny_net.config,
+    }
+    torch.save(ckpt, tmp_path / "last.ckpt")
+    model = load_model(tmp_path / "last.ckpt", device="cpu")
+    assert model.config == tiny_net.config
+    assert torch.equal(model.embed[1].weight, tiny_net.embed[1].weight)
+
+
+def test_load_model_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(WeightsNotFoundError, match=r"nope\.safetensors does not exist"):
+        load_model(tmp_path / "nope.safetensors")
+    with pytest.raises(FileNotFoundError):  # also a FileNotFoundError, for callers that catch that
+        load_model(tmp_path / "nope.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("corrupt.safetensors", b"\x00\x01garbage" * 10, r"corrupt\.safetensors: not a readable safetensors"),
+        ("empty.safetensors", b"", r"empty\.safetensors: the weights file is empty"),
+        ("corrupt.ckpt", b"PK\x03\x04not a zip", r"corrupt\.ckpt"),
+        ("weights.bin", b"x", r"weights\.bin: unknown weights suffix '\.bin'"),
+    ],
+)
+def test_load_model_corrupt_file(tmp_path: Path, name: str, content: bytes, match: str) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(WeightsError, match=match):
+        load_model(tmp_path / name)
+
+
+def test_load_model_wrong_metadata_or_shapes(tiny_net: DerainNet, tmp_path: Path) -> None:
+    state = {k: v.contiguous() for k, v in tiny_net.state_dict().items()}
+    save_file(state, tmp_path / "plain.safetensors")  # no metadata
+    with pytest.raises(WeightsError, match=r"plain\.safetensors: metadata 'format' is None"):
+        load_model(tmp_path / "plain.safetensors")
+    other = json.dumps({**tiny_net.config, "dim": 16})
+    save_file(state, tmp_path / "mismatch.safetensors", metadata={"format": "derain-net-v1", "config": other})
+    with pytest.raises(
+        WeightsError, match=r"mismatch\.safetensors: the weights do not fit the stored config"
+    ):
+        load_model(tmp_path / "mismatch.safetensors")
+
+
+def test_load_model_without_packaged_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import derain.inference as inference
+
+    monkeypatch.setattr(inference, "PACKAGED_WEIGHTS", "not-shipped.safetensors")
+    with pytest.raises(WeightsNotFoundError, match=r"no trained weights ship .* --weights FILE"):
+        load_model()
+
+
+def test_public_api_is_reexported() -> None:
+    import derain
+
+    assert derain.load_model is load_model
+    assert derain.restore is restore
+
+
+# ------------------------------------------------------------------------------------------------ restore
+
+
+def test_restore_rgb_uint8_keeps_shape_and_dtype(tiny_net: DerainNet) -> None:
+    image = smooth_image(37, 53)  # odd size: the network pads and crops
+    out = restore(tiny_net, image)
+    assert out.shape == image.shape and out.dtype == np.uint8
+    assert out.flags["C_CONTIGUOUS"]
+
+
+@pytest.mark.parametrize("shape", [(40, 56), (40, 56, 1)])
+def test_restore_grayscale_gives_grayscale(tiny_net: DerainNet, shape: tuple[int, ...]) -> None:
+    image = smooth_image(40, 56)[:, :, 0].reshape(shape)
+    out = restore(tiny_net, image)
+    assert out.shape == shape and out.dtype == np.uint8
+
+
+def test_restore_passes_alpha_through(tiny_net: DerainNet) -> None:
+    rgb = smooth_image(40, 56)
+    alpha = np.random.default_rng(1).integers(0, 256, (40, 56, 1), dtype=np.uint8)
+    out = restore(tiny_net, np.concatenate([rgb, alpha], axis=2))
+    assert out.shape == (40, 56, 4) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out[:, :, 3:], alpha)
+    np.testing.assert_array_equal(out[:, :, :3], restore(tiny_net, rgb))
+
+
+def test_restore_16bit_keeps_16bit_precision(tiny_net: DerainNet) -> None:
+    image8 = smooth_image(40, 56)
+    image16 = image8.astype(np.uint16) * 257  # the same picture, 16-bit
+    out16 = restore(tiny_net, image16)
+    assert out16.shape == image16.shape and out16.dtype == np.uint16
+    out8 = restore(tiny_net, image8)
+    assert np.abs(out16 / 257.0 - out8).max() <= 0.5 + 1e-6  # same result, finer levels
+    assert (out16 % 257 != 0).any()  # not just 8-bit values scaled up
+
+
+def test_restore_rejects_bad_input(tiny_net: DerainNet) -> None:
+    with pytest.raises(ValueError, match="uint8 or uint16 pixels, got float32"):
+        restore(tiny_net, np.zeros((8, 8, 3), np.float32))
+    with pytest.raises(ValueError, match=r"got \(8, 8, 2\)"):
+        restore(tiny_net, np.zeros((8, 8, 2), np.uint8))
+    with pytest.raises(ValueError, match=r"overlap \(64\) should be smaller than tile \(64\)"):
+        restore(tiny_net, np.zeros((8, 8, 3), np.uint8), tile=64, overlap=64)
+
+
+def test_restore_leaves_model_mode_alone(tiny_net: DerainNet) -> None:
+    tiny_net.train()
+    restore(tiny_net, smooth_image(16, 16))
+    assert tiny_net.training
+    tiny_net.eval()
+
+
+# ------------------------------------------------------------------------------------------------ tiling
+
+
+def test_tile_starts_cover_the_image() -> None:
+    assert tile_starts(100, 128, 32) == [0]
+    assert tile_starts(1000, 400, 32) == [0, 368, 600]
+    for length, tile, overlap in [(256, 128, 32), (384, 128, 32), (1001, 256, 17), (129, 128, 127)]:
+        starts = tile_starts(length, tile, overlap)
+        assert starts[0] == 0 and starts[-1] + tile == length
+        assert all(b - a <= tile - overlap for a, b in zip(starts, starts[1:], strict=False))
+
+
+def test_blend_window_is_smooth_and_never_zero() -> None:
+    w = blend_window(128, 32)
+    assert w.min() > 0 and w.max() == 1.0
+    assert np.all(w[32:96] == 1.0)
+    np.testing.assert_allclose(w, w[::-1])
+    assert np.abs(np.diff(w)).max() < 0.05  # no jumps
+
+
+class PixelWise(nn.Module):
+    """A network with no spatial context: tiling must not change its output at all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.tensor(0.8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gain + 0.05
+
+
+def test_tiled_equals_whole_for_a_pixelwise_network() -> None:
+    image = smooth_image(256, 384)
+    whole = restore(PixelWise(), image, tile=0)
+    tiled = restore(PixelWise(), image, tile=96, overlap=24, batch_size=3)
+    np.testing.assert_array_equal(tiled, whole)
+
+
+def test_tiled_close_to_whole_image(tiny_net: DerainNet) -> None:
+    image = smooth_image(256, 384)
+    whole = restore(tiny_net, image, tile=0).astype(int)
+    tiled = restore(tiny_net, image, tile=128, overlap=32, batch_size=4).astype(int)
+    diff = np.abs(whole - tiled)
+    assert diff.max() <= TILED_MAX_ABS_DIFF, diff.max()
+    assert diff.mean() <= TILED_MEAN_ABS_DIFF, diff.mean()
+
+
+def test_large_images_are_tiled_automatically(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, ...]] = []
+
+    class Spy(PixelWise):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(tuple(x.shape))
+            return super().forward(x)
+
+    image = smooth_image(300, 200)
+    restore(Spy(), image, max_pixels_untiled=300 * 200)
+    assert seen == [(1, 3, 300, 200)]
+    seen.clear()
+    out = restore(Spy(), image, max_pixels_untiled=300 * 200 - 1)
+    assert out.shape == image.shape and len(seen) == 1 and seen[0] == (1, 3, 300, 200)  # fits one 512 tile
+    seen.clear()
+    monkeypatch.setattr("derain.inference.DEFAULT_TILE", 128)
+    restore(Spy(), image, max_pixels_untiled=1000)
+    assert len(seen) > 1 and all(s[-2:] == (128, 128) for s in seen)
+
+
+# ------------------------------------------------------------------------------------------------ load_image
+
+
+def test_load_image_keeps_depth_alpha_and_gray(tmp_path: Path) -> None:
+    rgba = np.random.default_rng(0).integers(0, 256, (10, 12, 4), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "rgba.png"), cv2.cvtColor(rgba, cv2.COLOR_RGBA2BGRA))
+    np.testing.assert_array_equal(load_image(tmp_path / "rgba.png"), rgba)
+    deep = np.random.default_rng(1).integers(0, 65536, (10, 12, 3), dtype=np.uint16)
+    cv2.imwrite(str(tmp_path / "deep.png"), cv2.cvtColor(deep, cv2.COLOR_RGB2BGR))
+    np.testing.assert_array_equal(load_image(tmp_path / "deep.png"), deep)
+    gray = rgba[:, :, 0]
+    cv2.imwrite(str(tmp_path / "gray.png"), gray)
+    np.testing.assert_array_equal(load_image(tmp_path / "gray.png"), gray)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_load_image_applies_exif_orientation(tmp_path: Path, orientation: int) -> None:
+    # A blocky picture (so JPEG decoders agree closely), 48×64 stored, EXIF-tagged.
+    blocks = np.random.default_rng(orientation).integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    stored = np.kron(blocks, np.ones((8, 8, 1), np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(stored).save(tmp_path / "photo.jpg", quality=98, exif=exif)
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(tmp_path / "photo.jpg")).convert("RGB"))
+    loaded = load_image(tmp_path / "photo.jpg")
+    assert loaded.shape == expected.shape == ((64, 48, 3) if orientation >= 5 else (48, 64, 3))
+    assert np.abs(loaded.astype(int) - expected).mean() < 2.0
+
+
+def test_restore_on_exif_rotated_photo(tiny_net: DerainNet, tmp_path: Path) -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to display
+    Image.fromarray(smooth_image(40, 64)).save(tmp_path / "rotated.jpg", exif=exif)
+    out = restore(tiny_net, load_image(tmp_path / "rotated.jpg"))
+    assert out.shape == (64, 40, 3) and out.dtype == np.uint8
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [(b"", "the file is empty"), (b"\x89PNG\r\n\x1a\nbroken", "not a decodable image")],
+)
+def test_load_image_errors_name_the_file(tmp_path: Path, content: bytes, match: str) -> None:
+    (tmp_path / "bad.png").write_bytes(content)
+    with pytest.raises(ImageReadError, match=rf"bad\.png: {match}"):
+        load_image(tmp_path / "bad.png")
+    with pytest.raises(ImageReadError, match=r"missing\.png"):
+        load_image(tmp_path / "missing.png")
