@@ -27,3 +27,5 @@ test: install
 
 bench: install
 	$(PY) benchmarks/attention.py
+	$(PY) benchmarks/train.py
+	$(PY) benchmarks/infer.py

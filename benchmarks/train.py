@@ -1,0 +1,135 @@
+"""Training throughput of DerainNet() on this machine, and whether data loading keeps up.
+
+    python benchmarks/train.py                 # 128x128 patches, batch 8, 20 timed steps
+    python benchmarks/train.py --steps 5 --quick
+
+Side by side in one run: a training step (forward, Charbonnier loss, backward, AdamW) in channels-last and in
+NCHW memory format, and the time the DataLoader needs to produce one batch of synthetic rain with transplant
+(the embedded default's data path) in the main process. Prints a table and one ``RESULT {...}`` JSON line with
+steps/s, peak memory growth and the loader/step ratio (target: loader < 10% of a step, i.e. workers keep up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from derain.data import SyntheticRainDataset
+from derain.lit import charbonnier_loss
+from derain.models import DerainNet
+from derain.synth import add_rain, builtin_clean_images, rain_residual
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple[float, float]:
+    """Median seconds per training step and peak RSS growth (MB) over the timed steps."""
+    torch.manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    net = DerainNet().to(memory_format=fmt)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    x = torch.rand(batch, 3, patch, patch).contiguous(memory_format=fmt)
+    y = torch.rand(batch, 3, patch, patch)
+
+    def step() -> None:
+        loss = charbonnier_loss(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    step()  # warm-up (allocations, oneDNN kernels)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _status_kb("VmRSS")
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), (_status_kb("VmHWM") - base) / 1024
+
+
+def loader_time(batch: int, patch: int, batches: int) -> float:
+    """Median seconds to build one batch of the synthetic-rain dataset in this process."""
+    rng = np.random.default_rng(0)
+    clean = builtin_clean_images()
+    residuals = [rain_residual(add_rain(img, rng, "heavy"), img) for img in clean[:3]]
+    residuals = [(r * 255).round().astype(np.uint8) if r.dtype != np.uint8 else r for r in residuals]
+    ds = SyntheticRainDataset(
+        clean, length=batch * batches, patch_size=patch, rain_residuals=residuals, transplant_prob=0.5, seed=0
+    )
+    times = []
+    for b in range(batches):
+        t = time.perf_counter()
+        items = [ds[b * batch + i] for i in range(batch)]
+        torch.stack([it["rain"] for it in items])
+        torch.stack([it["clean"] for it in items])
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--patch", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="skip the (slow) NCHW comparison")
+    args = parser.parse_args()
+
+    t_cl, mem_cl = step_times(args.batch, args.patch, args.steps, channels_last=True)
+    t_load = loader_time(args.batch, args.patch, max(5, args.steps // 2))
+    result = {
+        "batch": args.batch,
+        "patch": args.patch,
+        "threads": torch.get_num_threads(),
+        "steps_per_s": 1 / t_cl,
+        "step_ms": t_cl * 1e3,
+        "peak_mb": mem_cl,
+        "loader_ms_per_batch": t_load * 1e3,
+        "loader_over_step": t_load / t_cl,
+    }
+    rows = [
+        (
+            f"train step, batch {args.batch}, {args.patch}x{args.patch}, channels-last",
+            f"{t_cl * 1e3:.0f} ms = {1 / t_cl:.2f} steps/s, peak +{mem_cl:.0f} MB",
+        ),
+        (
+            "one batch of synthetic rain + transplant (1 process)",
+            f"{t_load * 1e3:.0f} ms = {100 * t_load / t_cl:.0f}% of a step",
+        ),
+    ]
+    if not args.quick:
+        t_nchw, mem_nchw = step_times(args.batch, args.patch, max(3, args.steps // 4), channels_last=False)
+        result.update(nchw_step_ms=t_nchw * 1e3, nchw_over_channels_last=t_nchw / t_cl)
+        rows.append(
+            (
+                "same step in NCHW",
+                f"{t_nchw * 1e3:.0f} ms ({t_nchw / t_cl:.1f}x the channels-last "
+                f"time), peak +{mem_nchw:.0f} MB",
+            )
+        )
+    width = max(len(r[0]) for r in rows)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    print(
+        "RESULT "
+        + json.dumps({k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in result.items()})
+    )
+
+
+if __name__ == "__main__":
+    main()
