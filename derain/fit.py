@@ -8,12 +8,14 @@ checkpoint (by ``val/psnr_y``) is exported to ``<run>/model.safetensors``.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .data import DataError, DerainDataModule
 from .export import export_checkpoint
@@ -52,6 +54,19 @@ class DerainCLI(LightningCLI):
         )
 
 
+class _LastCheckpoint(ModelCheckpoint):
+    """Rewrites ``last.ckpt`` after every validation, at the end of training, and on Ctrl+C or SIGTERM (not on
+    errors such as a NaN loss, whose state is not worth resuming)."""
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._last_global_step_saved != trainer.global_step and not trainer.fast_dev_run:
+            self._save_checkpoint(trainer, self.format_checkpoint_name(self._monitor_candidates(trainer)))
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+            super().on_exception(trainer, pl_module, exception)
+
+
 def _checkpoint_callback(trainer) -> ModelCheckpoint:
     """The best-by-metric checkpoint callback, with its folder settled, plus a ``last.ckpt`` saver beside it.
 
@@ -64,13 +79,14 @@ def _checkpoint_callback(trainer) -> ModelCheckpoint:
         raise RuntimeError("no ModelCheckpoint callback configured")
     if callback.dirpath is None:
         callback.dirpath = str(Path(trainer.default_root_dir) / "checkpoints")
-    last = ModelCheckpoint(
+    last = _LastCheckpoint(
         dirpath=callback.dirpath,
         filename="last",
         monitor=None,
         save_top_k=1,
         enable_version_counter=False,
         save_on_train_epoch_end=False,
+        save_on_exception=True,
     )
     trainer.callbacks.append(last)
     return callback
@@ -112,7 +128,14 @@ def run(args: list[str] | None = None) -> int:
             print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
     elif resume not in ("auto", "never"):
         ckpt_path = resume
-    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
+    except SystemExit:  # Lightning exits with status 1 after a graceful Ctrl+C; ours is 130, with a hint
+        if not trainer.interrupted:
+            raise
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # Lightning ignores further Ctrl+C while shutting down
     if trainer.interrupted:
         print(f"Interrupted: re-run the same command to resume from {last}", file=sys.stderr)
         return 130

@@ -218,3 +218,38 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     assert ckpt["global_step"] == 2
     assert "derain_net_config" in ckpt
     assert (run / "model.safetensors").is_file()
+
+
+def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, capsys):
+    data = make_folder(tmp_path / "pairs")
+    run = tmp_path / "run"
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.train_dirs=[{data}]",
+        "--data.val_fraction=0",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+        "--data.num_workers=0",
+        "--data.real_repeat=8",
+        "--trainer.max_steps=12",
+        "--trainer.limit_val_batches=0",
+    ]
+    original = DerainLitModule.training_step
+
+    def interrupt_at_step_5(self, batch, batch_idx):
+        if self.global_step == 5:
+            raise KeyboardInterrupt
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(DerainLitModule, "training_step", interrupt_at_step_5)
+    assert fit_main(args) == 130
+    assert "re-run the same command to resume" in capsys.readouterr().err
+    last = run / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 5
+
+    monkeypatch.setattr(DerainLitModule, "training_step", original)
+    assert fit_main(args) == 0
+    assert "Resuming from" in capsys.readouterr().out
+    assert torch.load(last, weights_only=True)["global_step"] == 12
