@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,7 @@ __all__ = [
     "TopKSparseAttention",
     "AgentAttention",
     "ChannelAttention",
+    "normalized_entropy",
 ]
 
 DEFAULT_RATIOS: tuple[float, ...] = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
@@ -97,7 +99,9 @@ def agent_attention(
     scale: float,
     agg_bias: Tensor | None = None,
     bcast_bias: Tensor | None = None,
-) -> Tensor:
+    *,
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Agent attention (Han et al., ECCV 2024): softmax attention routed through n agent tokens.
 
     Aggregation, then broadcast::
@@ -113,13 +117,20 @@ def agent_attention(
         scale: logit scale ``s`` (usually ``d ** -0.5``).
         agg_bias: ``B1``, broadcastable to :math:`(B, heads, n, N)`.
         bcast_bias: ``B2``, broadcastable to :math:`(B, heads, N, n)`.
+        return_weights: also return the broadcast probabilities ``softmax(Q · Aᵀ · s + B2)`` (float32 or
+            float64), e.g. to monitor agent collapse.
 
     Shape:
         - q, k, v: :math:`(B, heads, N, d)`
-        - agents: :math:`(B, heads, n, d)`
-        - output: :math:`(B, heads, N, d)`
+        - agents: :math:`(B, heads, n, d)` (or :math:`(1, heads, n, d)`: agents shared by the batch)
+        - output: :math:`(B, heads, N, d)`; with ``return_weights`` also the weights :math:`(B, heads, N, n)`
     """
-    if q.shape != k.shape or k.shape[:-1] != v.shape[:-1] or agents.shape[:2] != q.shape[:2]:
+    if (
+        q.shape != k.shape
+        or k.shape[:-1] != v.shape[:-1]
+        or agents.shape[1] != q.shape[1]
+        or agents.shape[0] not in (1, q.shape[0])
+    ):
         raise ValueError(
             f"expected q, k, v of shape (B, heads, N, d) and agents (B, heads, n, d); got "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, {tuple(agents.shape)}"
@@ -132,7 +143,25 @@ def agent_attention(
     bcast = q @ agents.transpose(-2, -1)  # (B, heads, N, n)
     if bcast_bias is not None:
         bcast = bcast + bcast_bias
-    return _at_least_float32(bcast).softmax(dim=-1).to(v.dtype) @ agent_v
+    weights = _at_least_float32(bcast).softmax(dim=-1)
+    out = weights.to(v.dtype) @ agent_v
+    return (out, weights) if return_weights else out
+
+
+def normalized_entropy(probs: Tensor) -> Tensor:
+    """Mean entropy of the distributions along the last axis, divided by ``log n`` (n = last axis length).
+
+    1.0 means every distribution is uniform (for agent attention: every pixel reads all agents equally, the
+    agents have collapsed); 0.0 means one-hot. Zero probabilities contribute nothing (``0 · log 0 = 0``).
+
+    Shape:
+        - probs: :math:`(*, n)`, each row summing to 1
+        - output: scalar
+    """
+    n = probs.shape[-1]
+    if n == 1:
+        return probs.new_ones(())
+    return torch.special.entr(probs).sum(-1).mean() / math.log(n)
 
 
 class TopKSparseAttention(nn.Module):
@@ -145,6 +174,9 @@ class TopKSparseAttention(nn.Module):
         dim: channels C.
         heads: attention heads; ``dim`` must be divisible by it.
         ratios: top-k ratios, each in (0, 1].
+        ratio_weighting: how the learnable per-ratio parameters become mixing weights: ``"raw"`` uses them as
+            they are (DRSformer; initialised to 1/len(ratios)), ``"softmax"`` normalises them to sum to 1
+            (initialised to 0, i.e. uniform weights).
         bias: whether the convolutions carry a bias.
 
     Shape:
@@ -153,18 +185,33 @@ class TopKSparseAttention(nn.Module):
     """
 
     def __init__(
-        self, dim: int, heads: int = 1, *, ratios: Sequence[float] = DEFAULT_RATIOS, bias: bool = False
+        self,
+        dim: int,
+        heads: int = 1,
+        *,
+        ratios: Sequence[float] = DEFAULT_RATIOS,
+        ratio_weighting: Literal["raw", "softmax"] = "raw",
+        bias: bool = False,
     ):
         super().__init__()
         assert dim % heads == 0, f"dim should be divisible by heads, got dim={dim}, heads={heads}"
+        if ratio_weighting not in ("raw", "softmax"):
+            raise ValueError(f"ratio_weighting should be 'raw' or 'softmax', got {ratio_weighting!r}")
         _keep_counts(ratios, dim // heads)
         self.heads = heads
         self.ratios = tuple(float(r) for r in ratios)
+        self.ratio_weighting = ratio_weighting
+        init = 1.0 / len(self.ratios) if ratio_weighting == "raw" else 0.0
         self.temperature = nn.Parameter(torch.ones(heads, 1, 1))
-        self.ratio_weights = nn.Parameter(torch.full((len(self.ratios),), 1.0 / len(self.ratios)))
+        self.ratio_weights = nn.Parameter(torch.full((len(self.ratios),), init))
         self.qkv = nn.Conv2d(dim, dim * 3, 1, bias=bias)
         self.qkv_dw = nn.Conv2d(dim * 3, dim * 3, 3, padding=1, groups=dim * 3, bias=bias)
         self.proj = nn.Conv2d(dim, dim, 1, bias=bias)
+
+    def mixing_weights(self) -> Tensor:
+        """The per-ratio weights as the attention uses them (after the softmax with ``"softmax"``)."""
+        w = self.ratio_weights
+        return w.softmax(0) if self.ratio_weighting == "softmax" else w
 
     def forward(self, x: Tensor) -> Tensor:
         h, w = x.shape[-2:]
@@ -172,7 +219,7 @@ class TopKSparseAttention(nn.Module):
         q, k, v = (rearrange(t, "b (head c) h w -> b head c (h w)", head=self.heads) for t in (q, k, v))
         q = F.normalize(q, dim=-1) * self.temperature
         k = F.normalize(k, dim=-1)
-        out = topk_channel_attention(q, k, v, self.ratios, self.ratio_weights)
+        out = topk_channel_attention(q, k, v, self.ratios, self.mixing_weights())
         return self.proj(rearrange(out, "b head c (h w) -> b (head c) h w", h=h, w=w))
 
 
@@ -187,14 +234,23 @@ class ChannelAttention(TopKSparseAttention):
 class AgentAttention(nn.Module):
     """Agent attention over pixels (Han et al., ECCV 2024) for (B, C, H, W) feature maps.
 
-    Agents are pooled from Q to a √n×√n grid with adaptive average pooling. Learnable agent biases B1/B2 live on
-    a ``bias_grid``×``bias_grid`` grid and are bilinearly resized to the feature map, so any H×W works. A 3×3
-    depthwise conv of V (DWC) restores local detail; a 1×1 conv projects the output.
+    Agents are pooled from Q to a √n×√n grid with adaptive average pooling (``agent_source="pool"``, the paper's
+    form) or are n learned tokens per head, the same for every input (``"learned"``, the tutorial form).
+    Learnable agent biases B1/B2 live on a ``bias_grid``×``bias_grid`` grid and are bilinearly resized to the
+    feature map, so any H×W works. A 3×3 depthwise conv of V (DWC) restores local detail; a 1×1 conv projects
+    the output.
+
+    Collapse monitoring: while ``record_entropy`` is True, each forward stores in ``last_entropy`` the mean
+    entropy of the broadcast weights ``softmax(Q·Aᵀ·s + B2)`` over the n agents, divided by ``log n`` (1.0:
+    uniform, every pixel reads all agents alike). Off by default; the fast path is then unchanged.
 
     Args:
         dim: channels C.
         heads: attention heads; ``dim`` must be divisible by it.
-        agents: number of agent tokens n, a perfect square.
+        agents: number of agent tokens n; a perfect square with ``agent_source="pool"``.
+        agent_source: ``"pool"`` (agents pooled from Q) or ``"learned"`` (an ``agent_tokens`` parameter).
+        agent_bias: learnable agent biases B1/B2; False leaves no bias parameters at all.
+        dwc: add the depthwise conv of V; False leaves no DWC conv.
         bias_grid: side of the grid the agent biases are stored on.
         bias: whether the convolutions carry a bias.
 
@@ -203,26 +259,55 @@ class AgentAttention(nn.Module):
         - output: :math:`(B, C, H, W)`
     """
 
-    def __init__(self, dim: int, heads: int = 1, *, agents: int = 49, bias_grid: int = 7, bias: bool = False):
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 1,
+        *,
+        agents: int = 49,
+        agent_source: Literal["pool", "learned"] = "pool",
+        agent_bias: bool = True,
+        dwc: bool = True,
+        bias_grid: int = 7,
+        bias: bool = False,
+    ):
         super().__init__()
         assert dim % heads == 0, f"dim should be divisible by heads, got dim={dim}, heads={heads}"
+        if agent_source not in ("pool", "learned"):
+            raise ValueError(f"agent_source should be 'pool' or 'learned', got {agent_source!r}")
         side = math.isqrt(agents)
-        assert side * side == agents, f"agents should be a perfect square, got {agents}"
+        if agent_source == "pool":
+            assert side * side == agents, f"agents should be a perfect square, got {agents}"
+        assert agents >= 1, f"agents should be at least 1, got {agents}"
         self.heads = heads
+        self.agents = agents
+        self.agent_source = agent_source
         self.pool_side = side
         self.scale = (dim // heads) ** -0.5
         self.qkv = nn.Conv2d(dim, dim * 3, 1, bias=bias)
-        self.agg_bias = nn.Parameter(torch.randn(heads, agents, bias_grid, bias_grid) * 0.02)
-        self.bcast_bias = nn.Parameter(torch.randn(heads, agents, bias_grid, bias_grid) * 0.02)
-        self.dwc = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.agent_tokens = (
+            nn.Parameter(torch.randn(1, heads, agents, dim // heads)) if agent_source == "learned" else None
+        )
+        self.agg_bias = (
+            nn.Parameter(torch.randn(heads, agents, bias_grid, bias_grid) * 0.02) if agent_bias else None
+        )
+        self.bcast_bias = (
+            nn.Parameter(torch.randn(heads, agents, bias_grid, bias_grid) * 0.02) if agent_bias else None
+        )
+        self.dwc = nn.Conv2d(dim, dim, 3, padding=1, groups=dim) if dwc else None
         self.proj = nn.Conv2d(dim, dim, 1, bias=bias)
         self._bias_cache: tuple | None = None
+        self.record_entropy = False
+        self.last_entropy: Tensor | None = None
 
-    def biases(self, h: int, w: int) -> tuple[Tensor, Tensor]:
+    def biases(self, h: int, w: int) -> tuple[Tensor, Tensor] | tuple[None, None]:
         """B1 of shape (1, heads, n, H·W) and B2 of shape (1, heads, H·W, n), resized to an H×W map.
 
-        Outside autograd the resized biases are cached per map size (inference reuses them for every tile).
+        ``(None, None)`` without agent biases. Outside autograd the resized biases are cached per map size
+        (inference reuses them for every tile).
         """
+        if self.agg_bias is None or self.bcast_bias is None:
+            return None, None
         if torch.is_grad_enabled() and (self.agg_bias.requires_grad or self.bcast_bias.requires_grad):
             return self._resize_biases(h, w)
         key = (h, w, self.agg_bias._version, self.bcast_bias._version, self.agg_bias.device)
@@ -239,12 +324,21 @@ class AgentAttention(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         h, w = x.shape[-2:]
         q, k, v = self.qkv(x).chunk(3, dim=1)
-        agents = F.adaptive_avg_pool2d(q, self.pool_side)
-        q, k, v, agents = (
-            rearrange(t, "b (head d) h w -> b head (h w) d", head=self.heads) for t in (q, k, v, agents)
-        )
+        if self.agent_tokens is None:
+            agents = F.adaptive_avg_pool2d(q, self.pool_side)
+            agents = rearrange(agents, "b (head d) h w -> b head (h w) d", head=self.heads)
+        else:
+            agents = self.agent_tokens.to(q.dtype)  # (1, heads, n, d): the same agents for every input
+        q, k, v = (rearrange(t, "b (head d) h w -> b head (h w) d", head=self.heads) for t in (q, k, v))
         b1, b2 = self.biases(h, w)
-        out = agent_attention(q, k, v, agents, self.scale, b1.to(q.dtype), b2.to(q.dtype))
+        if b1 is not None and b2 is not None:
+            b1, b2 = b1.to(q.dtype), b2.to(q.dtype)
+        if self.record_entropy:
+            out, weights = agent_attention(q, k, v, agents, self.scale, b1, b2, return_weights=True)
+            self.last_entropy = normalized_entropy(weights.detach()).float()
+        else:
+            out = agent_attention(q, k, v, agents, self.scale, b1, b2)
         out = rearrange(out, "b head (h w) d -> b (head d) h w", h=h, w=w)
-        v_map = rearrange(v, "b head (h w) d -> b (head d) h w", h=h, w=w)
-        return self.proj(out + self.dwc(v_map))
+        if self.dwc is not None:
+            out = out + self.dwc(rearrange(v, "b head (h w) d -> b (head d) h w", h=h, w=w))
+        return self.proj(out)

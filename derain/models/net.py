@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import DEFAULT_RATIOS, AgentAttention, ChannelAttention, TopKSparseAttention
 
@@ -55,11 +57,25 @@ class GatedFeedForward(nn.Module):
         return self.project_out(F.gelu(a) * b)
 
 
-def make_mixer(kind: str, dim: int, heads: int, *, ratios: Sequence[float], agents: int) -> nn.Module:
+def make_mixer(
+    kind: str,
+    dim: int,
+    heads: int,
+    *,
+    ratios: Sequence[float] = DEFAULT_RATIOS,
+    ratio_weighting: Literal["raw", "softmax"] = "raw",
+    agents: int = 49,
+    agent_source: Literal["pool", "learned"] = "pool",
+    agent_bias: bool = True,
+    agent_dwc: bool = True,
+) -> nn.Module:
+    """The token mixer named ``kind`` (one of ``MIXERS``); options of the other mixers are ignored."""
     if kind == "tksa":
-        return TopKSparseAttention(dim, heads, ratios=ratios)
+        return TopKSparseAttention(dim, heads, ratios=ratios, ratio_weighting=ratio_weighting)
     if kind == "agent":
-        return AgentAttention(dim, heads, agents=agents)
+        return AgentAttention(
+            dim, heads, agents=agents, agent_source=agent_source, agent_bias=agent_bias, dwc=agent_dwc
+        )
     if kind == "channel":
         return ChannelAttention(dim, heads)
     raise ValueError(f"unknown mixer {kind!r}; expected one of {MIXERS}")
@@ -68,30 +84,37 @@ def make_mixer(kind: str, dim: int, heads: int, *, ratios: Sequence[float], agen
 class TransformerBlock(nn.Module):
     """``x + mixer(norm(x))``, then ``x + ffn(norm(x))``.
 
+    With ``grad_checkpoint`` (set by ``DerainNet``), training forwards with gradients enabled keep no
+    activations inside the block and recompute them in the backward pass (``torch.utils.checkpoint``).
+
+    Args:
+        dim: channels C.
+        heads: attention heads.
+        mixer: ``"tksa"``, ``"agent"`` or ``"channel"``.
+        expansion: feed-forward hidden width, as a multiple of ``dim``.
+        **mixer_options: passed to ``make_mixer`` (``ratios``, ``agents``, ``agent_bias``, ...).
+
     Shape:
         - input: :math:`(B, C, H, W)`
         - output: :math:`(B, C, H, W)`
     """
 
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        mixer: str,
-        *,
-        ratios: Sequence[float] = DEFAULT_RATIOS,
-        agents: int = 49,
-        expansion: float = 2.0,
-    ):
+    def __init__(self, dim: int, heads: int, mixer: str, *, expansion: float = 2.0, **mixer_options: Any):
         super().__init__()
         self.norm1 = LayerNorm2d(dim)
-        self.attn = make_mixer(mixer, dim, heads, ratios=ratios, agents=agents)
+        self.attn = make_mixer(mixer, dim, heads, **mixer_options)
         self.norm2 = LayerNorm2d(dim)
         self.ffn = GatedFeedForward(dim, expansion)
+        self.grad_checkpoint = False
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.ffn(self.norm2(x))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.grad_checkpoint and self.training and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
 
 
 class DerainNet(nn.Module):
@@ -110,12 +133,21 @@ class DerainNet(nn.Module):
         heads: attention heads per level.
         mixers: per level, one mixer name per block: ``"tksa"``, ``"agent"`` or ``"channel"`` (dense).
         topk_ratios: TKSA top-k ratios.
-        agents: agent tokens per agent-attention block (a perfect square).
+        ratio_weighting: TKSA ratio mixing weights: ``"raw"`` learnable weights as they are (DRSformer) or
+            ``"softmax"``-normalised to sum to 1.
+        agents: agent tokens per agent-attention block: one count for every level, or one per level, e.g.
+            ``(9, 16, 49, 49)``. Perfect squares with ``agent_source="pool"``.
+        agent_source: ``"pool"``: agents pooled from Q (Agent Attention paper); ``"learned"``: n learned
+            tokens per head, independent of the input.
+        agent_bias: learnable agent biases B1/B2 (False: none, no parameters).
+        agent_dwc: the depthwise conv of V in agent attention (False: none).
         ffn_expansion: hidden width of the feed-forward, as a multiple of the channels.
         refine_blocks: extra blocks at the first level after the decoder.
         embed_stride: the image is pixel-unshuffled by this factor before the first conv (and the residual
             pixel-shuffled back), so level 0 works at 1/embed_stride resolution with no information lost.
             1 is Restormer's full-resolution layout; 2 (default) is about 4× cheaper on a CPU.
+        grad_checkpoint: recompute each transformer block's activations in the backward pass instead of
+            storing them (less memory, ~30% more compute); only in training mode with gradients enabled.
 
     Shape:
         - input: :math:`(B, C_{in}, H, W)`, values in [0, 1]
@@ -136,10 +168,15 @@ class DerainNet(nn.Module):
             ("tksa", "agent"),
         ),
         topk_ratios: tuple[float, ...] = DEFAULT_RATIOS,
-        agents: int = 49,
+        ratio_weighting: Literal["raw", "softmax"] = "raw",
+        agents: int | tuple[int, ...] = 49,
+        agent_source: Literal["pool", "learned"] = "pool",
+        agent_bias: bool = True,
+        agent_dwc: bool = True,
         ffn_expansion: float = 2.0,
         refine_blocks: int = 0,
         embed_stride: int = 2,
+        grad_checkpoint: bool = False,
     ):
         super().__init__()
         levels = len(blocks)
@@ -154,6 +191,9 @@ class DerainNet(nn.Module):
             for kind in kinds:
                 if kind not in MIXERS:
                     raise ValueError(f"level {i}: unknown mixer {kind!r}; expected one of {MIXERS}")
+        level_agents = (agents,) * levels if isinstance(agents, int) else tuple(agents)
+        if len(level_agents) != levels:
+            raise ValueError(f"agents needs one count per level ({levels}) or a single int; got {agents}")
         self.config = {
             "in_channels": in_channels,
             "dim": dim,
@@ -161,10 +201,15 @@ class DerainNet(nn.Module):
             "heads": list(heads),
             "mixers": [list(m) for m in mixers],
             "topk_ratios": list(topk_ratios),
-            "agents": agents,
+            "ratio_weighting": ratio_weighting,
+            "agents": agents if isinstance(agents, int) else list(agents),
+            "agent_source": agent_source,
+            "agent_bias": agent_bias,
+            "agent_dwc": agent_dwc,
             "ffn_expansion": ffn_expansion,
             "refine_blocks": refine_blocks,
             "embed_stride": embed_stride,
+            "grad_checkpoint": grad_checkpoint,
         }
         """The constructor arguments, JSON-serialisable: ``DerainNet(**net.config)`` rebuilds the network."""
         if embed_stride not in (1, 2, 4):
@@ -172,20 +217,22 @@ class DerainNet(nn.Module):
         self.multiple = embed_stride * 2 ** (levels - 1)
         widths = [dim * 2**i for i in range(levels)]
 
-        def stage(level: int) -> nn.Sequential:
-            return nn.Sequential(
-                *(
-                    TransformerBlock(
-                        widths[level],
-                        heads[level],
-                        kind,
-                        ratios=topk_ratios,
-                        agents=agents,
-                        expansion=ffn_expansion,
-                    )
-                    for kind in mixers[level]
-                )
+        def block(level: int, kind: str) -> TransformerBlock:
+            return TransformerBlock(
+                widths[level],
+                heads[level],
+                kind,
+                expansion=ffn_expansion,
+                ratios=topk_ratios,
+                ratio_weighting=ratio_weighting,
+                agents=level_agents[level],
+                agent_source=agent_source,
+                agent_bias=agent_bias,
+                agent_dwc=agent_dwc,
             )
+
+        def stage(level: int) -> nn.Sequential:
+            return nn.Sequential(*(block(level, kind) for kind in mixers[level]))
 
         s2 = embed_stride**2
         self.embed = nn.Sequential(
@@ -210,21 +257,14 @@ class DerainNet(nn.Module):
         )
         self.decoders = nn.ModuleList(stage(i) for i in range(levels - 1))
         self.refine = nn.Sequential(
-            *(
-                TransformerBlock(
-                    dim,
-                    heads[0],
-                    mixers[0][0] if mixers[0] else "tksa",
-                    ratios=topk_ratios,
-                    agents=agents,
-                    expansion=ffn_expansion,
-                )
-                for _ in range(refine_blocks)
-            )
+            *(block(0, mixers[0][0] if mixers[0] else "tksa") for _ in range(refine_blocks))
         )
         self.head = nn.Sequential(
             nn.Conv2d(dim, in_channels * s2, 3, padding=1, bias=False), nn.PixelShuffle(embed_stride)
         )
+        for m in self.modules():
+            if isinstance(m, TransformerBlock):
+                m.grad_checkpoint = grad_checkpoint
 
     def forward(self, x: Tensor) -> Tensor:
         h, w = x.shape[-2:]

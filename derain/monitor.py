@@ -1,0 +1,144 @@
+"""Attention health during training: agent-collapse entropy and TKSA ratio weights, as a Lightning callback.
+
+Agent attention can *collapse*: if the broadcast weights ``softmax(Q·Aᵀ·s + B2)`` become uniform over the n
+agents, every pixel reads the same average of the agents and the global branch carries no spatial information.
+The normalised entropy of those weights (mean over pixels, heads and images, divided by ``log n``) measures it:
+1.0 is uniform (collapsed), lower is more selective. Recording is opt-in (``AgentAttention.record_entropy``)
+and costs one extra reduction per layer; the callback turns it on only while validating.
+
+Register the callback in a config::
+
+    trainer:
+      callbacks:
+        - class_path: derain.monitor.AttentionMonitor
+          init_args: {threshold: 0.95, patience: 3}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
+
+from .models.attention import AgentAttention, ChannelAttention, TopKSparseAttention
+
+__all__ = ["AttentionMonitor", "agent_layers", "tksa_layers", "set_entropy_recording", "ratio_weight_logs"]
+
+
+def _network(module: nn.Module) -> nn.Module:
+    """The plain network inside a LightningModule (``.net``), else the module itself: names stay short."""
+    net = getattr(module, "net", None)
+    return net if isinstance(net, nn.Module) else module
+
+
+def agent_layers(module: nn.Module) -> dict[str, AgentAttention]:
+    """Every agent-attention layer of ``module`` (or of ``module.net``), by its qualified name."""
+    return {name: m for name, m in _network(module).named_modules() if isinstance(m, AgentAttention)}
+
+
+def tksa_layers(module: nn.Module) -> dict[str, TopKSparseAttention]:
+    """Every TKSA layer with learnable ratio weights (dense ``ChannelAttention`` excluded), by name."""
+    return {
+        name: m
+        for name, m in _network(module).named_modules()
+        if isinstance(m, TopKSparseAttention) and not isinstance(m, ChannelAttention)
+    }
+
+
+def set_entropy_recording(module: nn.Module, on: bool) -> None:
+    """Turn broadcast-entropy recording on or off in every agent-attention layer (off also clears it)."""
+    for layer in agent_layers(module).values():
+        layer.record_entropy = on
+        if not on:
+            layer.last_entropy = None
+
+
+def ratio_weight_logs(module: nn.Module, prefix: str = "attn/tksa_ratio_weights") -> dict[str, float]:
+    """``{prefix/<layer>/<ratio>: weight}`` for every TKSA layer, the weights as the attention uses them."""
+    logs = {}
+    for name, layer in tksa_layers(module).items():
+        for ratio, w in zip(layer.ratios, layer.mixing_weights().detach().tolist(), strict=True):
+            logs[f"{prefix}/{name}/{ratio:.3g}"] = float(w)
+    return logs
+
+
+class AttentionMonitor(L.Callback):
+    """Logs agent-attention entropy and TKSA ratio weights at every validation; warns on agent collapse.
+
+    Logged per validation run:
+
+    - ``attn/agent_entropy/<layer>``: the layer's normalised broadcast entropy, mean over validation batches
+      (1.0 = uniform over the agents = collapsed);
+    - ``attn/tksa_ratio_weights/<layer>/<ratio>``: each TKSA layer's mixing weight per top-k ratio (after the
+      softmax with ``ratio_weighting="softmax"``).
+
+    A layer whose entropy stays above ``threshold`` for ``patience`` validation runs in a row is named in a
+    warning (once, until it recovers). The sanity-check validation is not counted.
+
+    Args:
+        threshold: normalised entropy above which a layer counts as collapsed.
+        patience: validation runs in a row above the threshold before warning.
+    """
+
+    def __init__(self, threshold: float = 0.95, patience: int = 3):
+        super().__init__()
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold should be in (0, 1], got {threshold}")
+        if patience < 1:
+            raise ValueError(f"patience should be at least 1, got {patience}")
+        self.threshold = threshold
+        self.patience = patience
+        self.streaks: dict[str, int] = {}
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._sums, self._counts = {}, {}
+        set_entropy_recording(pl_module, True)
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        for name, layer in agent_layers(pl_module).items():
+            if layer.last_entropy is not None:
+                self._sums[name] = self._sums.get(name, 0.0) + float(layer.last_entropy)
+                self._counts[name] = self._counts.get(name, 0) + 1
+                layer.last_entropy = None
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        set_entropy_recording(pl_module, False)
+        entropies = {name: self._sums[name] / self._counts[name] for name in self._sums}
+        logs = {f"attn/agent_entropy/{name}": value for name, value in entropies.items()}
+        logs.update(ratio_weight_logs(pl_module))
+        if logs:
+            pl_module.log_dict(logs, sync_dist=True)
+        if not trainer.sanity_checking:
+            self.update(entropies)
+
+    def update(self, entropies: dict[str, float]) -> list[str]:
+        """Count one validation run's entropies; warn for, and return, layers that have just collapsed."""
+        collapsed = []
+        for name, value in entropies.items():
+            self.streaks[name] = self.streaks.get(name, 0) + 1 if value > self.threshold else 0
+            if self.streaks[name] == self.patience:
+                collapsed.append(name)
+                rank_zero_warn(
+                    f"agent attention {name} looks collapsed: normalised broadcast entropy {value:.3f} > "
+                    f"{self.threshold} for {self.patience} validation runs in a row (1.0 = every pixel reads "
+                    "all agents alike)"
+                )
+        return collapsed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streaks": dict(self.streaks)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.streaks = dict(state_dict.get("streaks", {}))
