@@ -98,6 +98,7 @@ def evaluate(
     model: torch.nn.Module | None = None,
     tile: int | None = None,
     overlap: int = 32,
+    names: set[str] | None = None,
 ) -> tuple[list[Row], Pairing, list[str]]:
     """Score every pair; with ``model``, ``test_dir`` holds rainy inputs that are derained first.
 
@@ -107,12 +108,19 @@ def evaluate(
         model: network to run on the rainy inputs; ``None`` scores ``test_dir`` as it is.
         tile: tile size passed to :func:`derain.inference.restore`.
         overlap: tile overlap passed to :func:`derain.inference.restore`.
+        names: only these pairs (file names or stems of ``test_dir``); ``None`` scores all.
 
     Returns:
         One row per scored image (``name``, ``clean``, the four metrics and, with ``model``, ``input_*``
         scores of the rainy input itself), the pairing, and one message per pair that could not be scored.
     """
     pairing = pair_files(test_dir, clean_dir)
+    if names is not None:
+        unknown = names - {k for test, _ in pairing.pairs for k in (test.name, test.stem)}
+        if unknown:
+            raise ValueError(f"names not among the pairs of {test_dir}: {', '.join(sorted(unknown))}")
+        # a chosen subset: files outside it are not "missing"
+        pairing = Pairing([(t, c) for t, c in pairing.pairs if t.name in names or t.stem in names], [], [])
     rows: list[Row] = []
     problems: list[str] = []
     for test_path, clean_path in tqdm(pairing.pairs, desc="evaluate", unit="img", file=sys.stderr):
@@ -180,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="device for --rain (default: cuda if available)")
     parser.add_argument("--csv", type=Path, default=None, help="write per-image scores to this CSV file")
     parser.add_argument("--json", action="store_true", help="print one JSON object (means, count) on stdout")
+    parser.add_argument(
+        "--names",
+        default=None,
+        help="score only these pairs: comma-separated file names or stems of the rain/pred "
+        "folder (e.g. a held-out split: 0004,0005,0013,0015)",
+    )
     return parser
 
 
@@ -198,9 +212,19 @@ def main(argv: list[str] | None = None) -> int:
         except WeightsError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-    rows, pairing, problems = evaluate(
-        test_dir, args.clean, model=model, tile=args.tile, overlap=args.overlap
-    )
+    names = None
+    if args.names is not None:
+        names = {n.strip() for n in args.names.split(",") if n.strip()}
+        if not names:
+            print(f"error: --names {args.names!r} names no file", file=sys.stderr)
+            return 2
+    try:
+        rows, pairing, problems = evaluate(
+            test_dir, args.clean, model=model, tile=args.tile, overlap=args.overlap, names=names
+        )
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for name in pairing.missing_clean:
         print(f"missing: no clean image in {args.clean} for {name}", file=sys.stderr)
     for name in pairing.missing_test:

@@ -130,3 +130,19 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "gone.safetensors does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--pred", str(tmp_path), "--rain", str(tmp_path), "--clean", str(tmp_path)])
+
+
+def test_names_scores_only_a_subset_and_rejects_unknown_names(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for sub in ("pred", "clean"):
+        (tmp_path / sub).mkdir()
+    for name in ("a", "b", "c"):
+        img = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+        cv2.imwrite(str(tmp_path / "clean" / f"{name}.png"), img)
+        cv2.imwrite(str(tmp_path / "pred" / f"{name}.png"), img if name != "c" else 255 - img)
+    args = ["--pred", str(tmp_path / "pred"), "--clean", str(tmp_path / "clean"), "--json"]
+    assert main([*args, "--names", "a,b.png"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["count"] == 2 and out["psnr"] is None  # identical images only: infinite PSNR
+    assert main([*args, "--names", "a,zzz"]) == 2
+    assert "zzz" in capsys.readouterr().err
