@@ -160,3 +160,16 @@ def test_tksa_ratios_validated():
         TopKSparseAttention(10, 3)
     with pytest.raises(ValueError, match="ratios"):
         TopKSparseAttention(8, 1, ratios=(0.0,))
+
+
+def test_agent_layer_keeps_its_broadcast_weights_for_maps():
+    attn = AgentAttention(8, 2, agents=9).eval()
+    x = torch.randn(1, 8, 10, 12)
+    with torch.no_grad():
+        y = attn(x)
+        assert attn.last_weights is None
+        attn.keep_weights = True
+        assert torch.equal(attn(x), y)  # keeping the weights does not change the output
+    weights, size = attn.last_weights
+    assert size == (10, 12) and weights.shape == (1, 2, 120, 9)
+    assert torch.allclose(weights.sum(-1), torch.ones(1, 2, 120))

@@ -242,7 +242,8 @@ class AgentAttention(nn.Module):
 
     Collapse monitoring: while ``record_entropy`` is True, each forward stores in ``last_entropy`` the mean
     entropy of the broadcast weights ``softmax(Q·Aᵀ·s + B2)`` over the n agents, divided by ``log n`` (1.0:
-    uniform, every pixel reads all agents alike). Off by default; the fast path is then unchanged.
+    uniform, every pixel reads all agents alike). Off by default; the fast path is then unchanged. Likewise
+    ``keep_weights`` stores the broadcast weights themselves in ``last_weights`` (for attention maps).
 
     Args:
         dim: channels C.
@@ -299,6 +300,8 @@ class AgentAttention(nn.Module):
         self._bias_cache: tuple | None = None
         self.record_entropy = False
         self.last_entropy: Tensor | None = None
+        self.keep_weights = False
+        self.last_weights: tuple[Tensor, tuple[int, int]] | None = None
 
     def biases(self, h: int, w: int) -> tuple[Tensor, Tensor] | tuple[None, None]:
         """B1 of shape (1, heads, n, H·W) and B2 of shape (1, heads, H·W, n), resized to an H×W map.
@@ -333,9 +336,12 @@ class AgentAttention(nn.Module):
         b1, b2 = self.biases(h, w)
         if b1 is not None and b2 is not None:
             b1, b2 = b1.to(q.dtype), b2.to(q.dtype)
-        if self.record_entropy:
+        if self.record_entropy or self.keep_weights:
             out, weights = agent_attention(q, k, v, agents, self.scale, b1, b2, return_weights=True)
-            self.last_entropy = normalized_entropy(weights.detach()).float()
+            if self.record_entropy:
+                self.last_entropy = normalized_entropy(weights.detach()).float()
+            if self.keep_weights:  # for attention maps: (B, heads, H·W, n), plus the map size
+                self.last_weights = (weights.detach(), (h, w))
         else:
             out = agent_attention(q, k, v, agents, self.scale, b1, b2)
         out = rearrange(out, "b head (h w) d -> b (head d) h w", h=h, w=w)
