@@ -19,6 +19,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from .io import default_file_mode
+
 __all__ = ["FORMAT", "export_checkpoint", "save_net", "read_checkpoint_net"]
 
 FORMAT = "derain-net-v1"
@@ -69,6 +71,7 @@ def _write(
     os.close(fd)
     try:
         save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -61,12 +61,20 @@ def write_image_atomic(
         raise ValueError(f"cannot encode an image for {path} (suffix {path.suffix!r})")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(buf.tobytes())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def default_file_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give a new file (0666 minus the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def to_tensor(image: np.ndarray) -> Tensor:

@@ -289,3 +289,13 @@ def test_load_image_errors_name_the_file(tmp_path: Path, content: bytes, match: 
         load_image(tmp_path / "bad.png")
     with pytest.raises(ImageReadError, match=r"missing\.png"):
         load_image(tmp_path / "missing.png")
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    import stat
+
+    from derain.io import default_file_mode, write_image_atomic
+
+    out = tmp_path / "x.png"
+    write_image_atomic(out, np.zeros((4, 4, 3), np.uint8))
+    assert stat.S_IMODE(out.stat().st_mode) == default_file_mode()
