@@ -54,9 +54,8 @@ def results_figure(model: torch.nn.Module, height: int = 240) -> np.ndarray:
     return np.concatenate(rows, axis=0)
 
 
-def attention_figure(
-    model: torch.nn.Module, name: str = "astronaut", agents: tuple[int, ...] = (8, 16, 24, 40)
-):
+def attention_figure(model: torch.nn.Module, name: str = "astronaut", shown: int = 4) -> np.ndarray:
+    """Input, then the ``shown`` agents of the first agent-attention layer whose maps vary most over the image."""
     layer = next(m for m in model.modules() if isinstance(m, AgentAttention))
     layer.keep_weights = True
     rainy = load_image(ROOT / "datasets" / "examples" / f"{name}-rain.jpg")
@@ -67,9 +66,11 @@ def attention_figure(
         layer.keep_weights, layer.last_weights = False, None
     maps = weights[0].mean(0).float().cpu().numpy()  # heads averaged: (H·W, n)
     panels = [label(rainy, "input")]
-    for j in agents:
+    spread = maps.std(0) / np.maximum(maps.mean(0), 1e-12)
+    for j in np.argsort(-spread)[:shown]:
         m = maps[:, j].reshape(h, w)
-        m = (m - m.min()) / max(float(m.max() - m.min()), 1e-12)
+        lo, hi = np.percentile(m, (2, 98))
+        m = np.clip((m - lo) / max(float(hi - lo), 1e-12), 0, 1)
         m = cv2.resize(m, (rainy.shape[1], rainy.shape[0]), interpolation=cv2.INTER_LINEAR)
         heat = cv2.cvtColor(
             cv2.applyColorMap((m * 255).astype(np.uint8), cv2.COLORMAP_INFERNO), cv2.COLOR_BGR2RGB
