@@ -11,7 +11,6 @@ just before the measured call, so every intermediate tensor counts.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
@@ -19,23 +18,13 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from common import peak_mb, report
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from derain.models import DerainNet, agent_attention, topk_channel_attention
+from derain.models.attention import reference_topk_channel_attention
 
 RATIOS = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
-
-
-def naive_topk(q, k, v, ratios, weights):
-    """DRSformer's form: one top-k mask, softmax and ``@ v`` per ratio."""
-    attn = q @ k.transpose(-2, -1)
-    c = attn.shape[-1]
-    out = 0
-    for r, w in zip(ratios, weights, strict=True):
-        keep = max(1, math.floor(r * c + 1e-9))
-        mask = torch.zeros_like(attn).scatter(-1, attn.topk(keep, dim=-1).indices, 1.0)
-        out = out + w * (attn.masked_fill(mask == 0, float("-inf")).softmax(-1) @ v)
-    return out
 
 
 def timeit(fn: Callable[[], object], repeat: int) -> float:
@@ -46,23 +35,6 @@ def timeit(fn: Callable[[], object], repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def peak_mb(fn: Callable[[], object]) -> float:
-    """Peak growth of the resident set (MB) while ``fn`` runs."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    base = _status_kb("VmRSS")
-    fn()
-    return (_status_kb("VmHWM") - base) / 1024
 
 
 class LargestTensor(TorchDispatchMode):
@@ -100,8 +72,19 @@ def main() -> None:
         return lambda: fn(q, k, v, RATIOS, w).sum().backward()
 
     with torch.no_grad():
-        err = (topk_channel_attention(q, k, v, RATIOS, w) - naive_topk(q, k, v, RATIOS, w)).abs().max().item()
-    t_fast, t_naive = timeit(fwd_bwd(topk_channel_attention), repeat), timeit(fwd_bwd(naive_topk), repeat)
+        err = (
+            (
+                topk_channel_attention(q, k, v, RATIOS, w)
+                - reference_topk_channel_attention(q, k, v, RATIOS, w)
+            )
+            .abs()
+            .max()
+            .item()
+        )
+    t_fast, t_naive = (
+        timeit(fwd_bwd(topk_channel_attention), repeat),
+        timeit(fwd_bwd(reference_topk_channel_attention), repeat),
+    )
     result.update(
         tksa_fast_ms=t_fast * 1e3,
         tksa_naive_ms=t_naive * 1e3,
@@ -185,14 +168,7 @@ def main() -> None:
         ),
     ]
 
-    width = max(len(r[0]) for r in rows)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
-    print(
-        "RESULT "
-        + json.dumps({k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in result.items()})
-    )
+    report(rows, result)
 
 
 if __name__ == "__main__":

@@ -12,25 +12,17 @@ steps/s, peak memory growth and the loader/step ratio (target: loader < 10% of a
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import numpy as np
 import torch
+from common import report, reset_peak, status_kb
 
 from derain.data import SyntheticRainDataset
 from derain.lit import charbonnier_loss
 from derain.models import DerainNet
 from derain.synth import add_rain, builtin_clean_images, rain_residual
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
 
 
 def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple[float, float]:
@@ -49,15 +41,13 @@ def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple
         opt.step()
 
     step()  # warm-up (allocations, oneDNN kernels)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    base = _status_kb("VmRSS")
+    base = reset_peak()
     times = []
     for _ in range(steps):
         t = time.perf_counter()
         step()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), (_status_kb("VmHWM") - base) / 1024
+    return statistics.median(times), (status_kb("VmHWM") - base) / 1024
 
 
 def loader_time(batch: int, patch: int, batches: int) -> float:
@@ -121,14 +111,7 @@ def main() -> None:
                 f"time), peak +{mem_nchw:.0f} MB",
             )
         )
-    width = max(len(r[0]) for r in rows)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
-    print(
-        "RESULT "
-        + json.dumps({k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in result.items()})
-    )
+    report(rows, result)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from derain.models import (
     agent_attention,
     topk_channel_attention,
 )
+from derain.models.attention import reference_topk_channel_attention
 
 RATIOS = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
 
@@ -51,6 +52,15 @@ def test_topk_matches_naive_forward_and_grad():
     grads_ref = torch.autograd.grad(ref, (q, k, v, w), g)
     for a, b in zip(grads_fast, grads_ref, strict=True):
         assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_library_reference_is_the_naive_form():
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(2, 2, 10, 30, dtype=torch.float64) for _ in range(3))
+    w = torch.rand(4, dtype=torch.float64)
+    assert torch.allclose(
+        reference_topk_channel_attention(q, k, v, RATIOS, w), naive_topk(q, k, v, RATIOS, w)
+    )
 
 
 def test_topk_float32_within_1e5():

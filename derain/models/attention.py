@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "topk_channel_attention",
+    "reference_topk_channel_attention",
     "agent_attention",
     "TopKSparseAttention",
     "AgentAttention",
@@ -89,6 +90,20 @@ def topk_channel_attention(
         coef = coef + (ranks < count).to(e.dtype) * (w / z[..., count - 1 : count])
     probs = torch.zeros_like(logits).scatter(-1, idx, e * coef)
     return probs.to(dtype) @ v
+
+
+def reference_topk_channel_attention(
+    q: Tensor, k: Tensor, v: Tensor, ratios: Sequence[float], weights: Tensor
+) -> Tensor:
+    """The naive form of :func:`topk_channel_attention`, as DRSformer writes it: for each ratio a top-k mask,
+    a softmax over the kept logits and a product with ``v``. Slower; kept as the reference the fast path is
+    tested and benchmarked against. Same arguments and shapes."""
+    logits = q @ k.transpose(-2, -1)
+    out = torch.zeros_like(v)
+    for count, w in zip(_keep_counts(ratios, logits.shape[-1]), weights.unbind(0), strict=True):
+        keep = torch.zeros_like(logits).scatter(-1, logits.topk(count, dim=-1).indices, 1.0)
+        out = out + w * (logits.masked_fill(keep == 0, float("-inf")).softmax(dim=-1) @ v)
+    return out
 
 
 def agent_attention(
