@@ -115,6 +115,22 @@ def test_agent_attention_matches_naive_with_biases():
     )
 
 
+@pytest.mark.parametrize("bias_tokens", [1, 4096 + 77])
+def test_agent_attention_in_token_chunks_matches_naive(bias_tokens):
+    torch.manual_seed(6)
+    n_tok = 4096 + 77  # more than one broadcast chunk
+    q, k, v = (torch.randn(1, 2, n_tok, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    agents = torch.randn(1, 2, 9, 4, dtype=torch.float64)
+    b2 = torch.randn(1, 2, bias_tokens, 9, dtype=torch.float64)
+    fast, ref = agent_attention(q, k, v, agents, 0.4, None, b2), naive_agent(q, k, v, agents, 0.4, None, b2)
+    assert torch.allclose(fast, ref, atol=1e-10)
+    g = torch.randn_like(fast)
+    for a, r in zip(
+        torch.autograd.grad(fast, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g), strict=True
+    ):
+        assert torch.allclose(a, r, atol=1e-10)
+
+
 def test_agent_attention_with_one_agent_per_token_is_two_step_softmax():
     # with n = N agents equal to the keys, aggregation is softmax(K Kᵀ s) V: check against SDPA twice
     torch.manual_seed(4)
