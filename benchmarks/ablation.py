@@ -73,12 +73,17 @@ class SameBatches:
 
     def __init__(self, data: DerainDataModule, seed: int):
         torch.manual_seed(seed)  # the loader's shuffle order
+        self.data = data
         self.loader = iter(data.train_dataloader())
         self.batches: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         while len(self.batches) <= i:
-            batch = next(self.loader)
+            try:
+                batch = next(self.loader)
+            except StopIteration:  # an epoch is over: the next one (reshuffled, deterministic given the seed)
+                self.loader = iter(self.data.train_dataloader())
+                batch = next(self.loader)
             self.batches.append(tuple((batch[k] * 255).round().to(torch.uint8) for k in ("rain", "clean")))
         return tuple(t.float() / 255 for t in self.batches[i])
 
