@@ -75,14 +75,16 @@ class AttentionMonitor(L.Callback):
       softmax with ``ratio_weighting="softmax"``).
 
     A layer whose entropy stays above ``threshold`` for ``patience`` validation runs in a row is named in a
-    warning (once, until it recovers). The sanity-check validation is not counted.
+    warning (once, until it recovers). The sanity-check validation is not counted, nor are validations before
+    ``min_step``: agents start out uniform (entropy ≈ 1) by construction, so early warnings would say nothing.
 
     Args:
         threshold: normalised entropy above which a layer counts as collapsed.
         patience: validation runs in a row above the threshold before warning.
+        min_step: training steps before validations start to count towards a warning.
     """
 
-    def __init__(self, threshold: float = 0.95, patience: int = 3):
+    def __init__(self, threshold: float = 0.95, patience: int = 3, min_step: int = 1000):
         super().__init__()
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold should be in (0, 1], got {threshold}")
@@ -90,6 +92,7 @@ class AttentionMonitor(L.Callback):
             raise ValueError(f"patience should be at least 1, got {patience}")
         self.threshold = threshold
         self.patience = patience
+        self.min_step = min_step
         self.streaks: dict[str, int] = {}
         self._sums: dict[str, float] = {}
         self._counts: dict[str, int] = {}
@@ -120,7 +123,7 @@ class AttentionMonitor(L.Callback):
         logs.update(ratio_weight_logs(pl_module))
         if logs:
             pl_module.log_dict(logs, sync_dist=True)
-        if not trainer.sanity_checking:
+        if not trainer.sanity_checking and trainer.global_step >= self.min_step:
             self.update(entropies)
 
     def update(self, entropies: dict[str, float]) -> list[str]:

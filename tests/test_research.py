@@ -281,3 +281,4 @@ def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path):
     assert all(0.0 <= float(trainer.callback_metrics[k]) <= 1.0 for k in entropy_keys)
     assert "attn/tksa_ratio_weights/bottleneck.0.attn/0.5" in keys
     assert not any(m.record_entropy for m in agent_layers(model).values())  # off again after validation
+    assert monitor.streaks == {}  # validations before min_step (1000) do not count towards a warning
