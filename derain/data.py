@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
-from derain.io import IMAGE_SUFFIXES, ImageReadError, read_rgb, to_tensor
+from derain.io import IMAGE_SUFFIXES, ImageReadError, list_images, natural_key, pair_name, read_rgb, to_tensor
 from derain.synth import add_rain, builtin_clean_images, dihedral, transplant
 
 __all__ = [
@@ -57,8 +56,6 @@ LAYOUTS = (
     "DIR/rain-NAME + DIR/norain-NAME (JORDER/PReNet flat)",
 )
 _SUBFOLDER_LAYOUTS = (("rain", "norain"), ("input", "target"))
-_PREFIX = re.compile(r"^(no)?rain[-_]", re.IGNORECASE)
-_JORDER_SUFFIX = re.compile(r"(?<=\d)x2$", re.IGNORECASE)  # rain/X2/norain-12x2.png pairs with norain-12.png
 _MAX_LISTED = 20
 
 
@@ -76,29 +73,10 @@ def _listing(items: Sequence[Any]) -> str:
     return f"\n  {shown}{more}"
 
 
-def _natural_key(text: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", text)]
-
-
-def pair_name(path: str | os.PathLike) -> str:
-    """The name that pairs a file with its partner: the stem without ``rain-``/``norain-`` and JORDER's ``x2``."""
-    return _JORDER_SUFFIX.sub("", _PREFIX.sub("", Path(path).stem))
-
-
 def _canonical(name: str) -> str:
     """Name used to compare pair names from lists: no suffix, no prefix, lower case, no leading zeros."""
     name = pair_name(name.strip()).lower()
     return str(int(name)) if name.isdigit() else name
-
-
-def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
-    """Image files in ``folder`` (by suffix, hidden files skipped), naturally sorted."""
-    folder = Path(folder)
-    files = folder.rglob("*") if recursive else folder.iterdir()
-    images = [
-        p for p in files if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") and p.is_file()
-    ]
-    return sorted(images, key=lambda p: _natural_key(str(p.relative_to(folder))))
 
 
 def _by_name(files: Iterable[Path], folder: Path) -> dict[str, Path]:
@@ -112,18 +90,16 @@ def _by_name(files: Iterable[Path], folder: Path) -> dict[str, Path]:
 
 
 def _match(rain: dict[str, Path], clean: dict[str, Path], folder: Path) -> list[Pair]:
-    unmatched = [
-        f"{rain[k]} (no clean partner)" for k in sorted(rain.keys() - clean.keys(), key=_natural_key)
-    ]
+    unmatched = [f"{rain[k]} (no clean partner)" for k in sorted(rain.keys() - clean.keys(), key=natural_key)]
     unmatched += [
-        f"{clean[k]} (no rainy partner)" for k in sorted(clean.keys() - rain.keys(), key=_natural_key)
+        f"{clean[k]} (no rainy partner)" for k in sorted(clean.keys() - rain.keys(), key=natural_key)
     ]
     if unmatched:
         raise DataError(
             f"{len(unmatched)} unmatched file(s) in {folder}; every rainy image needs a clean image of the same "
             f"name:{_listing(unmatched)}"
         )
-    return [(rain[k], clean[k]) for k in sorted(rain, key=_natural_key)]
+    return [(rain[k], clean[k]) for k in sorted(rain, key=natural_key)]
 
 
 def find_pairs(folder: str | os.PathLike) -> list[Pair]:
@@ -233,7 +209,7 @@ def find_overlap(train_dir: str | os.PathLike, test_dir: str | os.PathLike) -> l
     """
     test_hashes = {_pixel_hash(clean) for _, clean in find_pairs(test_dir)}
     hits = [pair_name(clean) for _, clean in find_pairs(train_dir) if _pixel_hash(clean) in test_hashes]
-    return sorted(hits, key=_natural_key)
+    return sorted(hits, key=natural_key)
 
 
 def read_name_list(path: str | os.PathLike) -> set[str]:
@@ -423,8 +399,7 @@ class SyntheticRainDataset(Dataset):
         else:
             rainy = add_rain(clean, rng)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
-        rain_t = torch.from_numpy(np.round(rainy * 255.0) / 255.0).permute(2, 0, 1).float()
-        clean_t = torch.from_numpy(np.round(clean * 255.0) / 255.0).permute(2, 0, 1).float()
+        rain_t, clean_t = (to_tensor(np.round(im * 255.0).astype(np.uint8)) for im in (rainy, clean))
         return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}"}
 
 

@@ -16,7 +16,6 @@ import argparse
 import csv
 import json
 import math
-import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from .inference import WeightsError, load_model, restore
-from .io import IMAGE_SUFFIXES, read_rgb, to_tensor
+from .io import list_images, pair_name, read_rgb, to_tensor
 from .metrics import DerainMetrics
 
 __all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summarize", "main"]
@@ -35,7 +34,6 @@ __all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summar
 METRICS = ("psnr_y", "ssim_y", "psnr", "ssim")
 Row = dict[str, float | str]
 """One scored image: ``name``, ``clean`` and metric columns."""
-_RAIN_PREFIX = re.compile(r"^(no)?rain(y)?[-_]", re.IGNORECASE)
 
 
 @dataclass
@@ -47,12 +45,8 @@ class Pairing:
     missing_test: list[str]
 
 
-def _images(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-
-
 def _keys(path: Path) -> tuple[str, str, str]:
-    return path.name, path.stem, _RAIN_PREFIX.sub("", path.stem)
+    return path.name, path.stem, pair_name(path)
 
 
 def pair_files(test_dir: Path, clean_dir: Path) -> Pairing:
@@ -62,13 +56,13 @@ def pair_files(test_dir: Path, clean_dir: Path) -> Pairing:
     ``rain-``/``norain-`` prefix. Test files with no match are listed in ``missing_clean``; clean files nobody
     matched in ``missing_test``.
     """
-    clean = _images(clean_dir)
+    clean = list_images(clean_dir)
     index: list[dict[str, list[Path]]] = [defaultdict(list) for _ in range(3)]
     for path in clean:
         for level, key in enumerate(_keys(path)):
             index[level][key].append(path)
     pairs, missing_clean, used = [], [], set()
-    for path in _images(test_dir):
+    for path in list_images(test_dir):
         match = None
         for level, key in enumerate(_keys(path)):
             found = [p for p in index[level].get(key, []) if p not in used]

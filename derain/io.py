@@ -3,17 +3,54 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["ImageReadError", "IMAGE_SUFFIXES", "read_rgb", "write_image_atomic", "to_tensor", "to_uint8"]
+__all__ = [
+    "ImageReadError",
+    "IMAGE_SUFFIXES",
+    "list_images",
+    "pair_name",
+    "natural_key",
+    "read_rgb",
+    "write_image_atomic",
+    "to_tensor",
+    "to_uint8",
+]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+
+
+_PREFIX = re.compile(r"^(no)?rain(y)?[-_]", re.IGNORECASE)
+_JORDER_SUFFIX = re.compile(r"(?<=\d)x2$", re.IGNORECASE)  # rain/X2/norain-12x2.png pairs with norain-12.png
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders embedded numbers by value (``2`` before ``10``)."""
+    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", text)]
+
+
+def pair_name(path: str | os.PathLike) -> str:
+    """The name that pairs a file with its partner: the stem without ``rain-``/``rainy-``/``norain-`` and
+    JORDER's ``x2``."""
+    return _JORDER_SUFFIX.sub("", _PREFIX.sub("", Path(path).stem))
+
+
+def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
+    """Image files in ``folder`` (by suffix, hidden files skipped), naturally sorted."""
+    folder = Path(folder)
+    files = folder.rglob("*") if recursive else folder.iterdir()
+    images = [
+        p for p in files if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    ]
+    return sorted(images, key=lambda p: natural_key(str(p.relative_to(folder))))
 
 
 class ImageReadError(ValueError):
