@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import grads_finite
 
 from derain.models import (
     AgentAttention,
@@ -145,14 +146,7 @@ def test_agent_attention_with_one_agent_per_token_is_two_step_softmax():
 )
 @pytest.mark.parametrize("size", [(1, 16, 37, 53), (2, 16, 64, 48)])
 def test_modules_keep_shape_and_have_finite_grads(module, size):
-    x = torch.randn(*size, requires_grad=True)
-    y = module(x)
-    assert y.shape == x.shape
-    y.square().mean().backward()
-    assert torch.isfinite(x.grad).all()
-    for name, p in module.named_parameters():
-        if p.requires_grad:
-            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    grads_finite(module, torch.randn(*size, requires_grad=True))
 
 
 def test_agent_biases_resize_to_any_map():

@@ -6,6 +6,7 @@ import hashlib
 import lightning as L
 import pytest
 import torch
+from helpers import grads_finite
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader
 
@@ -32,17 +33,6 @@ def tiny(**kw):
     cfg = dict(dim=8, blocks=(1, 2, 1), heads=(1, 2, 2), mixers=(("agent",), ("tksa", "agent"), ("tksa",)))
     cfg.update(kw)
     return DerainNet(**{"agents": 9, **cfg})
-
-
-def grads_finite(module, x):
-    y = module(x)
-    assert y.shape == x.shape
-    y.square().mean().backward()
-    assert torch.isfinite(x.grad).all()
-    for name, p in module.named_parameters():
-        if p.requires_grad:
-            assert p.grad is not None and torch.isfinite(p.grad).all(), name
-    return y
 
 
 def test_default_network_state_dict_is_unchanged():
