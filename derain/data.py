@@ -224,6 +224,18 @@ def read_name_list(path: str | os.PathLike) -> set[str]:
     return {_canonical(n) for n in names if n}
 
 
+def _indices_from(pairs: Sequence[Pair], folders: Sequence[str], option: str) -> list[int]:
+    """Indices of the ``pairs`` that ``find_pairs`` finds in ``folders``; a ``DataError`` if none are."""
+    wanted = {rain.resolve() for folder in folders for rain, _ in find_pairs(folder)}
+    found = [i for i, (rain, _) in enumerate(pairs) if rain.resolve() in wanted]
+    if not found:
+        raise DataError(
+            f"{option} {list(folders)}: none of these folders' pairs are among the training pairs; list "
+            "folders that are also in root/train or train_dirs"
+        )
+    return found
+
+
 def _worker_seed(seed: int) -> list[int]:
     """Seed material for this process: ``seed`` plus torch's per-process seed (distinct in every worker)."""
     return [int(seed), torch.initial_seed() % 2**63]
@@ -260,7 +272,9 @@ class PairedDataset(Dataset):
     Args:
         pairs: (rainy path, clean path) tuples, e.g. from ``find_pairs``.
         patch_size: crop size, or None for full images.
-        augment: random crops, horizontal flips and 90° rotations; otherwise a centre crop (if ``patch_size``).
+        augment: random crops and flips (horizontal, vertical); otherwise a centre crop (if ``patch_size``).
+        rotate90: with ``augment``, also random 90° rotations (they turn rain streaks horizontal; off by
+            default).
         seed: seed of the augmentation stream (combined with each worker's torch seed).
         cache: keep decoded images in memory (worth it for small data sets).
     """
@@ -271,6 +285,7 @@ class PairedDataset(Dataset):
         *,
         patch_size: int | None = None,
         augment: bool = False,
+        rotate90: bool = False,
         seed: int = 0,
         cache: bool = True,
     ) -> None:
@@ -288,7 +303,8 @@ class PairedDataset(Dataset):
             crop = A.RandomCrop(patch_size, patch_size) if augment else A.CenterCrop(patch_size, patch_size)
             steps += [pad, crop]
         if augment:
-            steps += [A.HorizontalFlip(p=0.5), A.RandomRotate90(p=1.0)]
+            steps += [A.HorizontalFlip(p=0.5)]
+            steps += [A.RandomRotate90(p=1.0)] if rotate90 else [A.VerticalFlip(p=0.5)]
         self.transform = A.Compose(steps, additional_targets={"clean": "image"}, seed=seed) if steps else None
 
     def __len__(self) -> int:
@@ -352,6 +368,7 @@ class SyntheticRainDataset(Dataset):
         seed: seed of the random stream.
         fixed: item ``i`` is always the same (seeded by ``seed`` and ``i``), for validation sets; otherwise
             each DataLoader worker draws its own stream (seeded by its torch seed), new every epoch.
+        rotate90: let transplanted rain layers turn by 90° (see ``derain.synth.transplant``).
     """
 
     def __init__(
@@ -364,6 +381,7 @@ class SyntheticRainDataset(Dataset):
         transplant_prob: float = 0.5,
         seed: int = 0,
         fixed: bool = False,
+        rotate90: bool = False,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -383,6 +401,7 @@ class SyntheticRainDataset(Dataset):
         self.transplant_prob = transplant_prob if self.rain_residuals else 0.0
         self.seed = seed
         self.fixed = fixed
+        self.rotate90 = rotate90
         self._rng = _ProcessRng(seed)
 
     def __len__(self) -> int:
@@ -395,7 +414,8 @@ class SyntheticRainDataset(Dataset):
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = _random_patch(image, self.patch_size, rng).astype(np.float32) / 255.0
         if rng.random() < self.transplant_prob:
-            rainy = transplant(clean, self.rain_residuals[int(rng.integers(len(self.rain_residuals)))], rng)
+            layer = self.rain_residuals[int(rng.integers(len(self.rain_residuals)))]
+            rainy = transplant(clean, layer, rng, rotate90=self.rotate90)
         else:
             rainy = add_rain(clean, rng)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
@@ -431,6 +451,11 @@ class DerainDataModule(L.LightningDataModule):
         clean_dirs: folders of clean photos (searched recursively) for synthetic rain and transplant.
         synthetic_length: synthetic pairs per epoch; 0 means 1000 when clean photos are used.
         transplant_prob: share of synthetic samples that use real rain layers from the training pairs.
+        transplant_from: folders (among the training folders) whose training pairs give their rain layers to
+            transplant; default all training pairs. E.g. only the Rain100H pairs, to train for Rain100H rain.
+            Held-out validation pairs never give theirs.
+        rotate90: augment with 90° rotations too (they turn rain streaks horizontal, which photographed rain
+            is not; off by default: flips and 180° turns only).
         val_synthetic: size of the fixed synthetic validation set (synthetic-only training).
         real_repeat: how many times the real training pairs are repeated per epoch (so that many synthetic
             samples do not drown them).
@@ -457,6 +482,8 @@ class DerainDataModule(L.LightningDataModule):
         clean_dirs: tuple[str, ...] = (),
         synthetic_length: int = 0,
         transplant_prob: float = 0.5,
+        transplant_from: tuple[str, ...] = (),
+        rotate90: bool = False,
         val_synthetic: int = 8,
         real_repeat: int = 1,
         patch_size: int = 128,
@@ -480,7 +507,13 @@ class DerainDataModule(L.LightningDataModule):
                 "no training data: set root (ROOT/train/{rain,norain}/), train_dirs, clean_dirs or synthetic=true "
                 "(configs/synthetic.yaml trains with no data on disk)"
             )
-        for name, folders in (("train_dirs", train_dirs), ("val_dirs", val_dirs), ("test_dirs", test_dirs)):
+        for name, folders in (
+            ("train_dirs", train_dirs),
+            ("val_dirs", val_dirs),
+            ("test_dirs", test_dirs),
+            ("val_from", val_from),
+            ("transplant_from", transplant_from),
+        ):
             if isinstance(folders, str):
                 raise DataError(f"{name} must be a list of folders, got the string {folders!r}")
         for folder in clean_dirs:
@@ -515,6 +548,8 @@ class DerainDataModule(L.LightningDataModule):
         self.clean_dirs = tuple(clean_dirs)
         self.synthetic_length = synthetic_length
         self.transplant_prob = transplant_prob
+        self.transplant_from = tuple(transplant_from)
+        self.rotate90 = rotate90
         self.val_synthetic = val_synthetic
         self.real_repeat = real_repeat
         self.patch_size = patch_size
@@ -571,14 +606,7 @@ class DerainDataModule(L.LightningDataModule):
         elif pairs and self.val_fraction > 0:
             candidates = list(range(len(pairs)))
             if self.val_from:
-                sources = [find_pairs(folder) for folder in self.val_from]
-                wanted = {rain.resolve() for group in sources for rain, _ in group}
-                candidates = [i for i, (rain, _) in enumerate(pairs) if rain.resolve() in wanted]
-                if not candidates:
-                    raise DataError(
-                        f"val_from {list(self.val_from)}: none of these folders' pairs are among the "
-                        "training pairs; list folders that are also in root/train or train_dirs"
-                    )
+                candidates = _indices_from(pairs, self.val_from, "val_from")
             n_val = max(1, round(self.val_fraction * len(candidates)))
             if n_val >= len(pairs) and not use_synthetic:
                 raise DataError(
@@ -593,15 +621,22 @@ class DerainDataModule(L.LightningDataModule):
 
         parts: list[Dataset] = []
         real = (
-            PairedDataset(pairs, patch_size=self.patch_size, augment=True, seed=self.seed) if pairs else None
+            PairedDataset(
+                pairs, patch_size=self.patch_size, augment=True, rotate90=self.rotate90, seed=self.seed
+            )
+            if pairs
+            else None
         )
         if real is not None:
             parts += [real] * self.real_repeat
         if use_synthetic:
             residuals: list[np.ndarray] = []
             if real is not None and self.transplant_prob > 0:
+                donors = range(len(real))
+                if self.transplant_from:
+                    donors = _indices_from(pairs, self.transplant_from, "transplant_from")
                 # Decoding here also fills the cache before workers fork.
-                residuals = [cv2.subtract(*real.load(i)) for i in range(len(real))]
+                residuals = [cv2.subtract(*real.load(i)) for i in donors]
             length = self.synthetic_length or self.AUTO_SYNTHETIC_LENGTH
             parts.append(
                 SyntheticRainDataset(
@@ -611,6 +646,7 @@ class DerainDataModule(L.LightningDataModule):
                     rain_residuals=residuals,
                     transplant_prob=self.transplant_prob,
                     seed=self.seed,
+                    rotate90=self.rotate90,
                 )
             )
         if not parts:

@@ -271,7 +271,9 @@ def dihedral(image: np.ndarray, k: int) -> np.ndarray:
     return np.rot90(image, k % 4)
 
 
-def transplant(clean: np.ndarray, residual: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def transplant(
+    clean: np.ndarray, residual: np.ndarray, rng: np.random.Generator, *, rotate90: bool = False
+) -> np.ndarray:
     """Add a real rain layer to another clean image: random flip/rotation and crop of ``residual``.
 
     Flips/rotations that leave the residual at least as large as ``clean`` are preferred; when none does,
@@ -281,6 +283,8 @@ def transplant(clean: np.ndarray, residual: np.ndarray, rng: np.random.Generator
         clean: (H, W, 3) image, float in [0, 1] or uint8.
         residual: (h, w, 3) rain layer, e.g. from ``rain_residual``, float in [0, 1] or uint8.
         rng: the source of randomness.
+        rotate90: also allow 90° rotations of the layer. Off by default: they turn falling streaks
+            horizontal, which real rain never is; flips and 180° turns keep streaks upright.
 
     Returns:
         float32 (H, W, 3) rainy image ``clip(clean + crop(residual), 0, 1)``.
@@ -291,9 +295,9 @@ def transplant(clean: np.ndarray, residual: np.ndarray, rng: np.random.Generator
     rh, rw = residual.shape[:2]
     if rh < 1 or rw < 1:
         raise ValueError(f"transplant: the rain residual is empty, shape {residual.shape}")
-    dims = [(rh, rw) if k % 2 == 0 else (rw, rh) for k in range(8)]  # odd k rotates by 90° and swaps H, W
-    fits = [k for k in range(8) if dims[k][0] >= h and dims[k][1] >= w]
-    k = int(rng.choice(fits)) if fits else int(rng.integers(8))
+    allowed = range(8) if rotate90 else range(0, 8, 2)  # odd k rotates by 90° and swaps H, W
+    fits = [k for k in allowed if (rh, rw)[k % 2] >= h and (rw, rh)[k % 2] >= w]
+    k = int(rng.choice(fits)) if fits else int(rng.choice(list(allowed)))
     layer = np.ascontiguousarray(dihedral(as_float(residual), k))
     lh, lw = layer.shape[:2]
     if lh < h or lw < w:

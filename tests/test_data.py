@@ -152,6 +152,45 @@ def test_paired_augmentation_keeps_rain_and_clean_aligned(tmp_path: Path) -> Non
     assert len(seen) > 2  # the crops really are random
 
 
+@pytest.mark.parametrize("rotate90", [False, True])
+def test_paired_augmentation_keeps_streaks_upright_unless_asked(tmp_path: Path, rotate90: bool) -> None:
+    clean = np.full((24, 32, 3), 60, np.uint8)
+    rain = clean.copy()
+    rain[:, ::4] = 220  # vertical streaks
+    write(tmp_path / "norain" / "1.png", clean)
+    write(tmp_path / "rain" / "1.png", rain)
+    data = PairedDataset(find_pairs(tmp_path), patch_size=16, augment=True, rotate90=rotate90, seed=0)
+    upright = [bool((item["rain"] == item["rain"][:, :1]).all()) for item in (data[0] for _ in range(30))]
+    assert all(upright) if not rotate90 else not all(upright)
+
+
+def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tmp_path: Path) -> None:
+    names = [f"{i}.png" for i in range(1, 6)]
+    make_pairs(tmp_path / "a", names, names)
+    make_pairs(tmp_path / "b", names[:3], names[:3])
+    write(tmp_path / "clean" / "photo.png", noise(48, 48, seed=9))
+    common = dict(
+        train_dirs=(str(tmp_path / "a"), str(tmp_path / "b")),
+        val_from=(str(tmp_path / "a"),),
+        val_fraction=0.2,
+        clean_dirs=(str(tmp_path / "clean"),),
+        synthetic_length=4,
+        patch_size=16,
+        batch_size=2,
+        num_workers=0,
+    )
+    dm = DerainDataModule(transplant_from=(str(tmp_path / "a"),), **common)
+    dm.setup("fit")
+    synthetic = dm.train_set.datasets[-1]
+    assert len(dm.val_pairs) == 1 and len(synthetic.rain_residuals) == 5 - 1
+    everyone = DerainDataModule(**common)
+    everyone.setup("fit")
+    assert len(everyone.train_set.datasets[-1].rain_residuals) == 5 - 1 + 3
+    make_pairs(tmp_path / "c", names[:1], names[:1])  # pairs, but not training pairs
+    with pytest.raises(DataError, match=r"transplant_from .*/c'\]: none of these folders"):
+        DerainDataModule(transplant_from=(str(tmp_path / "c"),), **common).setup("fit")
+
+
 def test_patches_larger_than_the_image_are_padded(tmp_path: Path) -> None:
     make_pairs(tmp_path, ["1.png"], ["1.png"])
     item = PairedDataset(find_pairs(tmp_path), patch_size=40, augment=True)[0]

@@ -98,8 +98,21 @@ def test_transplant_uses_a_flip_or_rotation_of_the_residual() -> None:
     rng = np.random.default_rng(3)
     residual = rng.random((30, 20, 3), dtype=np.float32) * 0.5
     clean = np.zeros((20, 30, 3), np.float32)  # only the rotated residual fits without resizing
-    out = synth.transplant(clean, residual, rng)
+    out = synth.transplant(clean, residual, rng, rotate90=True)
     assert any(np.array_equal(out, synth.dihedral(residual, k)) for k in range(8))
+
+
+@pytest.mark.parametrize("rotate90", [False, True])
+def test_transplanted_streaks_stay_upright_unless_rotations_are_asked_for(rotate90: bool) -> None:
+    residual = np.zeros((40, 40, 3), np.float32)
+    residual[:, ::5] = 0.5  # vertical streaks
+    rng = np.random.default_rng(0)
+    outs = [
+        synth.transplant(np.zeros((16, 16, 3), np.float32), residual, rng, rotate90=rotate90)
+        for _ in range(40)
+    ]
+    vertical = [bool((out == out[:1]).all()) for out in outs]  # every row the same
+    assert all(vertical) if not rotate90 else not all(vertical)
 
 
 def test_transplant_resizes_a_small_residual_up() -> None:
