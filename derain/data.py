@@ -632,11 +632,12 @@ class DerainDataModule(L.LightningDataModule):
         if use_synthetic:
             residuals: list[np.ndarray] = []
             if real is not None and self.transplant_prob > 0:
+                # Decoding every pair here also fills the cache before workers fork.
+                decoded = [real.load(i) for i in range(len(real))]
                 donors = range(len(real))
                 if self.transplant_from:
                     donors = _indices_from(pairs, self.transplant_from, "transplant_from")
-                # Decoding here also fills the cache before workers fork.
-                residuals = [cv2.subtract(*real.load(i)) for i in donors]
+                residuals = [cv2.subtract(*decoded[i]) for i in donors]
             length = self.synthetic_length or self.AUTO_SYNTHETIC_LENGTH
             parts.append(
                 SyntheticRainDataset(
