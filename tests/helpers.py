@@ -1,6 +1,18 @@
-"""Assertions shared by the test modules (importable because pytest puts tests/ on sys.path)."""
+"""Assertions and data locations shared by the test modules (importable: pytest puts tests/ on sys.path)."""
 
+from pathlib import Path
+
+import pytest
 from torch import Tensor, nn
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+"""The development data beside the checkout (``../shared/data``); absent in a user's fresh clone."""
+
+
+def need_shared_data(folder: Path = SHARED_DATA) -> None:
+    """Skip the calling test, with the reason, when ``folder`` of the shared data is not on this machine."""
+    if not folder.is_dir():
+        pytest.skip(f"real data not present: {folder} (only on machines with ../shared/data)")
 
 
 def grads_finite(module: nn.Module, x: Tensor) -> Tensor:

@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from helpers import SHARED_DATA, need_shared_data
 
 from derain.data import (
     DataError,
@@ -21,8 +22,7 @@ from derain.data import (
     read_name_list,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-RAIN100H_MINI = SHARED / "rain100h-train-mini"
+RAIN100H_MINI = SHARED_DATA / "rain100h-train-mini"
 
 
 def write(path: Path, image: np.ndarray) -> Path:
@@ -315,8 +315,7 @@ def test_root_without_train_folder_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.data
 def test_real_rain100h_pairs_with_workers() -> None:
-    if not RAIN100H_MINI.is_dir():
-        pytest.skip(f"real data not present: {RAIN100H_MINI} (only on machines with ../shared/data)")
+    need_shared_data(RAIN100H_MINI)
     dm = DerainDataModule(
         train_dirs=(str(RAIN100H_MINI),), patch_size=64, batch_size=4, num_workers=2, synthetic_length=0
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import SHARED_DATA, need_shared_data
 
 from derain.data import DerainDataModule
 from derain.evaluate import evaluate, score_pair, summarize
@@ -17,15 +18,9 @@ from derain.models import DerainNet
 from derain.synth import add_rain, builtin_clean_images
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
 RECIPE = REPO / "configs" / "rain100h-small.yaml"
 # The Rain100H pairs that configs/rain100h-small.yaml holds out (seeded); MODEL_CARD.md scores the model on them.
 HELD_OUT = {"0004", "0005", "0013", "0015"}
-
-
-def _need_data() -> None:
-    if not SHARED.is_dir():
-        pytest.skip(f"real data not present: {SHARED} (only on machines with ../shared/data)")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +38,7 @@ def test_shipped_weights_derain_a_builtin_photo(shipped: DerainNet, style: str, 
 
 @pytest.mark.data
 def test_the_model_card_hold_out_is_what_the_recipe_holds_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    _need_data()
+    need_shared_data()
     monkeypatch.chdir(REPO)  # the recipe's data paths are relative to the repository
     data = yaml.safe_load(RECIPE.read_text())["data"]
     dm = DerainDataModule(**{**data, "num_workers": 0, "synthetic_length": 8, "transplant_prob": 0.0})
@@ -64,9 +59,9 @@ def test_the_model_card_hold_out_is_what_the_recipe_holds_out(monkeypatch: pytes
 def test_shipped_weights_on_unseen_real_pairs(
     shipped: DerainNet, folder: str, names: set[str] | None, gain: float
 ) -> None:
-    _need_data()
+    need_shared_data()
     rows, _, problems = evaluate(
-        SHARED / folder / "rain", SHARED / folder / "norain", model=shipped, names=names
+        SHARED_DATA / folder / "rain", SHARED_DATA / folder / "norain", model=shipped, names=names
     )
     assert not problems and rows
     mean = summarize(rows)
