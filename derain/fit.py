@@ -19,6 +19,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .data import DataError, DerainDataModule
 from .export import export_checkpoint
+from .inference import WeightsError
 from .lit import DerainLitModule, NonFiniteLossError
 
 __all__ = ["DerainCLI", "main"]
@@ -96,7 +97,7 @@ def _root_cause(err: BaseException) -> BaseException:
     seen = set()
     while id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, (DataError, NonFiniteLossError)):
+        if isinstance(err, (DataError, WeightsError, NonFiniteLossError)):
             return err
         nxt = err.__cause__ or err.__context__
         if nxt is None:
@@ -155,9 +156,9 @@ def run(args: list[str] | None = None) -> int:
 def main(args: list[str] | None = None) -> int:
     try:
         return run(args)
-    except Exception as err:  # noqa: BLE001 - only our two expected errors are turned into messages
+    except Exception as err:  # noqa: BLE001 - only our expected errors are turned into messages
         cause = _root_cause(err)
-        if isinstance(cause, DataError):
+        if isinstance(cause, (DataError, WeightsError)):
             print(f"error: {cause}", file=sys.stderr)
             return 2
         if isinstance(cause, NonFiniteLossError):

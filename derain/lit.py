@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +27,34 @@ def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3) -> Tensor:
     return torch.sqrt((pred - target).square() + eps * eps).mean()
 
 
+def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
+    """Copy the weights stored in ``path`` (safetensors or Lightning checkpoint) into ``net``, in place.
+
+    Raises:
+        WeightsError: the file is missing or unreadable, or its network differs from ``net`` (names the file and
+            the first mismatching entries).
+    """
+    from .inference import WeightsError, load_model
+
+    source = load_model(path, device="cpu")
+    config = getattr(net, "config", None)
+    if config is not None:
+        mine, theirs = (json.loads(json.dumps(c)) for c in (config, source.config))  # tuples vs lists
+        changed = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        if changed:
+            raise WeightsError(
+                f"init_weights {path}: its network differs from the configured one in {', '.join(changed)} "
+                f"(file: {', '.join(f'{k}={theirs.get(k)!r}' for k in changed)})"
+            )
+    try:
+        net.load_state_dict(source.state_dict(), strict=True)
+    except RuntimeError as err:
+        first = " ".join(str(err).strip().splitlines()[:2])
+        raise WeightsError(
+            f"init_weights {path}: the weights do not fit the configured network: {first}"
+        ) from None
+
+
 class DerainLitModule(L.LightningModule):
     """Lightning wrapper that trains, validates and tests a deraining network.
 
@@ -43,6 +73,10 @@ class DerainLitModule(L.LightningModule):
         sample_images: validation triplets (rainy | derained | clean) written per validation run.
         channels_last: keep the network and batches in channels-last memory format (on this CPU a training step
             of DerainNet is several times faster: depthwise-conv backward is slow in NCHW).
+        init_weights: start from these weights (a ``.safetensors`` file from ``derain.export`` or a Lightning
+            ``.ckpt``) instead of a random init, to fine-tune or continue a finished run with a new schedule. The
+            file's network must have the same architecture as ``net``. A resumed run (``last.ckpt``) overrides
+            them with its own state, as it should.
     """
 
     def __init__(
@@ -57,10 +91,13 @@ class DerainLitModule(L.LightningModule):
         min_lr_ratio: float = 0.01,
         sample_images: int = 3,
         channels_last: bool = True,
+        init_weights: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["net"])
         self.net = net
+        if init_weights is not None:
+            load_initial_weights(net, init_weights)
         self.loss_fn = charbonnier_loss if loss == "charbonnier" else nn.functional.l1_loss
         self.metrics = nn.ModuleDict({"val": DerainMetrics(), "test": DerainMetrics()})
         self.sample_images = sample_images

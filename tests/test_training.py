@@ -14,7 +14,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from derain.export import export_checkpoint, read_checkpoint_net
+from derain.export import export_checkpoint, read_checkpoint_net, save_net
+from derain.inference import WeightsError, load_model
 from derain.fit import main as fit_main
 from derain.io import read_rgb, to_tensor
 from derain.lit import DerainLitModule, NonFiniteLossError, charbonnier_loss
@@ -175,6 +176,30 @@ def test_nan_loss_message_names_the_step():
     module.log = lambda *a, **k: None
     with pytest.raises(NonFiniteLossError, match="at step 0"):
         module.training_step(batch, 0)
+
+
+def test_init_weights_starts_from_a_weights_file(tmp_path):
+    def tiny(dim: int = 8, seed: int = 0) -> DerainNet:
+        torch.manual_seed(seed)
+        return DerainNet(dim=dim, blocks=(1,), heads=(1,), mixers=(("tksa",),))
+
+    source = save_net(tiny(seed=1), tmp_path / "source.safetensors")
+    module = DerainLitModule(tiny(seed=2), init_weights=str(source))
+    expected = load_model(source, device="cpu").state_dict()
+    got = module.net.state_dict()
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in got)
+    assert not torch.equal(tiny(seed=2).state_dict()["embed.1.weight"], expected["embed.1.weight"])
+
+    with pytest.raises(WeightsError, match=r"source\.safetensors.*differs.*dim \(file: dim=8\)"):
+        DerainLitModule(tiny(dim=16), init_weights=str(source))
+
+
+def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
+    args = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={tmp_path}", "--data.synthetic_length=8"]
+    assert fit_main([*args, f"--model.init_weights={tmp_path / 'nope.safetensors'}"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "nope.safetensors" in err and "Traceback" not in err
 
 
 def test_export_errors_name_the_file(tmp_path):
