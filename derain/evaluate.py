@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .inference import WeightsError, load_model, restore
+from .inference import ENSEMBLE_FLIPS, WeightsError, load_model, restore
 from .io import list_images, pair_name, read_rgb, to_tensor
 from .metrics import DerainMetrics
 
@@ -93,6 +93,7 @@ def evaluate(
     tile: int | None = None,
     overlap: int = 32,
     names: set[str] | None = None,
+    ensemble: int = 1,
 ) -> tuple[list[Row], Pairing, list[str]]:
     """Score every pair; with ``model``, ``test_dir`` holds rainy inputs that are derained first.
 
@@ -103,6 +104,7 @@ def evaluate(
         tile: tile size passed to :func:`derain.inference.restore`.
         overlap: tile overlap passed to :func:`derain.inference.restore`.
         names: only these pairs (file names or stems of ``test_dir``); ``None`` scores all.
+        ensemble: flips averaged per image, passed to :func:`derain.inference.restore`.
 
     Returns:
         One row per scored image (``name``, ``clean``, the four metrics and, with ``model``, ``input_*``
@@ -127,7 +129,9 @@ def evaluate(
                 )
             row: Row = {"name": test_path.name, "clean": clean_path.name}
             if model is not None:
-                row.update(score_pair(restore(model, test, tile=tile, overlap=overlap), clean))
+                row.update(
+                    score_pair(restore(model, test, tile=tile, overlap=overlap, ensemble=ensemble), clean)
+                )
                 row.update({f"input_{k}": v for k, v in score_pair(test, clean).items()})
             else:
                 row.update(score_pair(test, clean))
@@ -180,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tile", type=int, default=None, help="tile size for --rain (default: automatic)")
     parser.add_argument("--overlap", type=int, default=32, help="tile overlap for --rain (default 32)")
     parser.add_argument("--device", default=None, help="device for --rain (default: cuda if available)")
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        choices=sorted(ENSEMBLE_FLIPS),
+        default=1,
+        help="for --rain: average over this many upright flips per image (self-ensemble; default 1)",
+    )
     parser.add_argument("--csv", type=Path, default=None, help="write per-image scores to this CSV file")
     parser.add_argument("--json", action="store_true", help="print one JSON object (means, count) on stdout")
     parser.add_argument(
@@ -214,7 +225,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         rows, pairing, problems = evaluate(
-            test_dir, args.clean, model=model, tile=args.tile, overlap=args.overlap, names=names
+            test_dir,
+            args.clean,
+            model=model,
+            tile=args.tile,
+            overlap=args.overlap,
+            names=names,
+            ensemble=args.ensemble,
         )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -18,7 +18,7 @@ import numpy as np
 from torch import nn
 from tqdm import tqdm
 
-from .inference import DEFAULT_TILE, WeightsError, load_image, load_model, restore
+from .inference import DEFAULT_TILE, ENSEMBLE_FLIPS, WeightsError, load_image, load_model, restore
 from .io import IMAGE_SUFFIXES, write_image_atomic
 
 __all__ = ["Summary", "find_images", "output_path", "parse_shard", "run", "main"]
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
             bar.set_postfix_str(path.name, refresh=False)
             try:
                 image = load_image(path)
-                result = restore(model, image, tile=args.tile, overlap=args.overlap)
+                result = restore(model, image, tile=args.tile, overlap=args.overlap, ensemble=args.ensemble)
                 result = _fit_to_format(result, out.suffix)
                 write_image_atomic(out, result, params=_encode_params(out.suffix))
             except Exception as err:  # report and go on: one bad file must not stop a folder of thousands
@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--overlap", type=int, default=32, help="pixels shared by neighbouring tiles (default 32)"
+    )
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        choices=sorted(ENSEMBLE_FLIPS),
+        default=1,
+        help="average over this many upright flips of each image (self-ensemble; N times slower; default 1)",
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     parser.add_argument("--overwrite", action="store_true", help="redo images whose output already exists")

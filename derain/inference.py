@@ -31,6 +31,7 @@ from .models import DerainNet
 
 __all__ = [
     "DEFAULT_TILE",
+    "ENSEMBLE_FLIPS",
     "MAX_PIXELS_UNTILED",
     "PACKAGED_WEIGHTS",
     "WEIGHTS_FORMAT",
@@ -289,6 +290,14 @@ def _split_channels(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, s
     )
 
 
+ENSEMBLE_FLIPS: dict[int, tuple[tuple[int, ...], ...]] = {
+    1: ((),),
+    2: ((), (3,)),
+    4: ((), (3,), (2,), (2, 3)),
+}
+"""``restore(ensemble=n)``: the tensor dimensions flipped for each of the n passes (3 = width, 2 = height)."""
+
+
 def _model_device_dtype(
     model: nn.Module, device: str | torch.device | None
 ) -> tuple[torch.device, torch.dtype]:
@@ -311,6 +320,7 @@ def restore(
     device: str | torch.device | None = None,
     max_pixels_untiled: int = MAX_PIXELS_UNTILED,
     batch_size: int = 1,
+    ensemble: int = 1,
 ) -> np.ndarray:
     """Derain one image array; the result has the input's shape and dtype.
 
@@ -333,6 +343,10 @@ def restore(
         device: run on this device (the model is moved there); ``None`` uses the model's device.
         max_pixels_untiled: pixel budget for a single untiled pass when ``tile`` is ``None``.
         batch_size: tiles per forward pass.
+        ensemble: self-ensemble: average the outputs for this many upright flips of the input, each flipped
+            back (1: none; 2: also the mirror image; 4: also upside down and both). Costs that many forward
+            passes. Flips only, no 90° turns: those would make falling streaks horizontal, which the shipped
+            weights never saw in training.
 
     Returns:
         The derained image, same shape and dtype as ``image``.
@@ -360,14 +374,21 @@ def restore(
         raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
     if batch_size < 1:
         raise ValueError(f"batch_size should be >= 1, got {batch_size}")
+    if ensemble not in ENSEMBLE_FLIPS:
+        raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
+    flips = ENSEMBLE_FLIPS[ensemble]
     device, dtype = _model_device_dtype(model, device)
     was_training = model.training
     model.eval()
 
     def run(batch: list[np.ndarray]) -> np.ndarray:
         x = torch.from_numpy(np.stack(batch)).to(device).permute(0, 3, 1, 2).to(dtype).div_(scale)
-        y = model(x).float().clamp_(0.0, 1.0)
-        return y.permute(0, 2, 3, 1).cpu().numpy()
+        total = None
+        for dims in flips:
+            y = model(x.flip(dims) if dims else x).float().clamp_(0.0, 1.0)
+            y = y.flip(dims) if dims else y
+            total = y if total is None else total.add_(y)
+        return total.div_(len(flips)).permute(0, 2, 3, 1).cpu().numpy()
 
     try:
         with torch.inference_mode():

@@ -222,6 +222,43 @@ def test_tiled_close_to_whole_image(tiny_net: DerainNet) -> None:
     assert diff.mean() <= TILED_MEAN_ABS_DIFF, diff.mean()
 
 
+class Ramps(nn.Module):
+    """Ignores the image: a left-to-right ramp (``w``) plus a top-to-bottom ramp (``h``), counting its calls."""
+
+    def __init__(self, w: float, h: float) -> None:
+        super().__init__()
+        self.w, self.h, self.calls = w, h, 0
+        self.anchor = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        ys = torch.linspace(0, 1, x.shape[2])[:, None]
+        xs = torch.linspace(0, 1, x.shape[3])[None, :]
+        return (self.w * xs + self.h * ys + self.anchor).expand_as(x).contiguous()
+
+
+def test_ensemble_averages_flips_mapped_back() -> None:
+    image = smooth_image(48, 64)
+    plain = restore(PixelWise(), image)
+    np.testing.assert_array_equal(restore(PixelWise(), image, ensemble=4), plain)  # flip-equivariant: same
+
+    net = Ramps(w=1.0, h=0.0)
+    out = restore(net, image, ensemble=1)[..., 0].astype(int)
+    assert net.calls == 1 and out[0, 0] == 0 and out[0, -1] == 255
+    # a mirrored pass whose output were not mirrored back would add the same ramp again, not flatten it
+    net = Ramps(w=1.0, h=0.0)
+    assert np.abs(restore(net, image, ensemble=2).astype(int) - 128).max() <= 1 and net.calls == 2
+    net = Ramps(w=0.5, h=0.5)
+    half = restore(net, image, ensemble=2)[..., 0].astype(int)  # the vertical ramp survives mirroring
+    assert half[0, 0] == half[0, -1] and half[-1, 0] - half[0, 0] >= 126
+    net = Ramps(w=0.5, h=0.5)
+    assert np.abs(restore(net, image, ensemble=4).astype(int) - 128).max() <= 1 and net.calls == 4
+    tiled = restore(Ramps(w=1.0, h=0.0), smooth_image(96, 200), tile=64, overlap=16, ensemble=2)
+    assert np.abs(tiled.astype(int) - 128).max() <= 1
+    with pytest.raises(ValueError, match="ensemble should be one of \\[1, 2, 4\\], got 3"):
+        restore(PixelWise(), image, ensemble=3)
+
+
 def test_large_images_are_tiled_automatically(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[int, ...]] = []
 
