@@ -28,7 +28,7 @@ def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3) -> Tensor:
 
 
 def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
-    """Copy the weights stored in ``path`` (safetensors or Lightning checkpoint) into ``net``, in place.
+    """Copy the weights stored in ``path`` (safetensors, Lightning checkpoint, or ``"packaged"``) into ``net``.
 
     Raises:
         WeightsError: the file is missing or unreadable, or its network differs from ``net`` (names the file and
@@ -36,7 +36,7 @@ def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
     """
     from .inference import WeightsError, load_model
 
-    source = load_model(path, device="cpu")
+    source = load_model(None if str(path) == "packaged" else path, device="cpu")
     config = getattr(net, "config", None)
     if config is not None:
         mine, theirs = (json.loads(json.dumps(c)) for c in (config, source.config))  # tuples vs lists
@@ -73,8 +73,8 @@ class DerainLitModule(L.LightningModule):
         sample_images: validation triplets (rainy | derained | clean) written per validation run.
         channels_last: keep the network and batches in channels-last memory format (on this CPU a training step
             of DerainNet is several times faster: depthwise-conv backward is slow in NCHW).
-        init_weights: start from these weights (a ``.safetensors`` file from ``derain.export`` or a Lightning
-            ``.ckpt``) instead of a random init, to fine-tune or continue a finished run with a new schedule. The
+        init_weights: start from these weights (a ``.safetensors`` file from ``derain.export``, a Lightning
+            ``.ckpt``, or ``"packaged"`` for the weights that ship with derain) instead of a random init, to fine-tune or continue a finished run with a new schedule. The
             file's network must have the same architecture as ``net``. A resumed run (``last.ckpt``) overrides
             them with its own state, as it should.
     """

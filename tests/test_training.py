@@ -15,8 +15,8 @@ import torch
 from safetensors import safe_open
 
 from derain.export import export_checkpoint, read_checkpoint_net, save_net
-from derain.inference import WeightsError, load_model
 from derain.fit import main as fit_main
+from derain.inference import WeightsError, load_model
 from derain.io import read_rgb, to_tensor
 from derain.lit import DerainLitModule, NonFiniteLossError, charbonnier_loss
 from derain.models import DerainNet
@@ -193,6 +193,21 @@ def test_init_weights_starts_from_a_weights_file(tmp_path):
 
     with pytest.raises(WeightsError, match=r"source\.safetensors.*differs.*dim \(file: dim=8\)"):
         DerainLitModule(tiny(dim=16), init_weights=str(source))
+
+
+def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_path):
+    import derain.inference
+
+    torch.manual_seed(3)
+    shipped = save_net(
+        DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("agent",),)), tmp_path / "s.safetensors"
+    )
+    monkeypatch.setattr(derain.inference, "packaged_weights", lambda: shipped)
+    module = DerainLitModule(
+        DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("agent",),)), init_weights="packaged"
+    )
+    expected = load_model(shipped, device="cpu").state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in module.net.state_dict().items())
 
 
 def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
