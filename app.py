@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from derain.inference import WeightsError, load_image, load_model, restore
+from derain.inference import ENSEMBLE_FLIPS, WeightsError, load_image, load_model, restore
 from derain.io import write_image_atomic
 from derain.models import DerainNet
 
@@ -76,6 +76,7 @@ def build_app(
     max_megapixels: float = MAX_MEGAPIXELS,
     concurrency: int = 1,
     warning: str | None = None,
+    ensemble: int = 1,
 ) -> gr.Blocks:
     """The Gradio page around ``model``, queued; ``.launch()`` it.
 
@@ -86,10 +87,14 @@ def build_app(
         max_megapixels: photos with more pixels than this are refused with a message.
         concurrency: how many photos are derained at once (1 suits a CPU; more can help on a GPU).
         warning: Markdown shown at the top of the page (e.g. that the weights are untrained).
+        ensemble: average over this many upright flips per photo (1, 2 or 4; see ``restore``), that many
+            times slower.
 
     Returns:
         The ``gr.Blocks`` app; its click event is exposed to API clients as ``/derain``.
     """
+    if ensemble not in ENSEMBLE_FLIPS:
+        raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
     out_root = Path(tempfile.mkdtemp(prefix="derain-app-"))
     max_pixels = int(max_megapixels * 1e6)
 
@@ -120,12 +125,13 @@ def build_app(
                 f"This photo has {h * w / 1e6:.1f} megapixels; the limit here is {max_megapixels:g}."
             )
         start = time.perf_counter()
-        result = restore(model, image, tile=tile, overlap=overlap)
+        result = restore(model, image, tile=tile, overlap=overlap, ensemble=ensemble)
         seconds = time.perf_counter() - start
         _prune(out_root, KEEP_OUTPUTS_S)
         out_path = Path(tempfile.mkdtemp(dir=out_root)) / f"{Path(name).stem}-derained.png"
         write_image_atomic(out_path, result)
-        status = f"Derained {w}×{h} pixels in **{seconds:.2f} s**."
+        status = f"Derained {w}×{h} pixels in **{seconds:.2f} s**"
+        status += f" (self-ensemble of {ensemble} flips)." if ensemble > 1 else "."
         return (_preview(image), _preview(result)), str(out_path), status
 
     with gr.Blocks(title="derain", delete_cache=(3600, 3600)) as demo:
@@ -171,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     parser.add_argument("--tile", type=int, default=None, help="tile size (default: tile only large photos)")
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        choices=sorted(ENSEMBLE_FLIPS),
+        default=1,
+        help="average over this many upright flips per photo: a little better, N times slower (default 1)",
+    )
     parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
     parser.add_argument("--concurrency", type=int, default=1, help="photos derained at once (default 1)")
     return parser
@@ -203,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         max_megapixels=args.max_megapixels,
         concurrency=args.concurrency,
         warning=warning,
+        ensemble=args.ensemble,
     )
     demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(EXAMPLES_DIR)])
     return 0

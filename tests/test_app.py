@@ -39,7 +39,7 @@ def free_port() -> int:
 def server() -> Iterator[str]:
     app = load_app_module()
     torch.manual_seed(0)
-    demo = app.build_app(DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16)
+    demo = app.build_app(DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
@@ -63,7 +63,7 @@ def test_derain_endpoint_returns_before_after_and_png(client: Client, tmp_path: 
     result = load_image(png)
     assert result.shape == (90, 130, 3) and result.dtype == np.uint8  # full resolution, tiled (tile=64)
     assert cv2.imread(before).shape == cv2.imread(after).shape == (90, 130, 3)  # slider previews
-    assert status.startswith("Derained 130×90 pixels in")
+    assert status.startswith("Derained 130×90 pixels in") and status.endswith("(self-ensemble of 2 flips).")
 
 
 def test_examples_are_small_rainy_photos() -> None:
