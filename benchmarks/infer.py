@@ -1,6 +1,6 @@
 """Inference benchmark: folder throughput, memory of a tiled 12 MP photo, and how much tiling changes the output.
 
-    python benchmarks/infer.py [--weights FILE] [--images 8] [--large 4000x3000] [--tile 512]
+    python benchmarks/infer.py [--weights FILE] [--images 8] [--large 4000x3000] [--tile 512] [--rounds 3]
 
 Measures, on this machine's CPU (or ``--device``):
 
@@ -9,7 +9,9 @@ Measures, on this machine's CPU (or ``--device``):
 2. wall time and peak RSS of ``restore`` on a ``--large`` photo with ``--tile`` tiles, in a fresh child process
    (so the number is that photo's peak, not this process's history); target: under 3 GB;
 3. max / mean absolute difference (8-bit levels) between tiled (128 px tiles, 32 overlap) and whole-image
-   output on a 256×384 photo.
+   output on a 256×384 photo;
+4. seconds per 321×481 photo of ``restore`` with ``ensemble`` 1, 2 and 4 (self-ensemble of flips), interleaved
+   rounds after a warm-up, median per setting and the ratio to ``ensemble=1``.
 
 Without ``--weights`` it uses the packaged weights, or, when none ship yet, a default ``DerainNet()`` with
 random init (seed 0): speed and memory are the same as trained weights, the tiling difference is not.
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--large", default="4000x3000", help="WxH of the large photo")
     parser.add_argument("--tile", type=int, default=512, help="tile size for the large photo")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds per ensemble setting")
     parser.add_argument("--child-large", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_large:
@@ -142,6 +145,18 @@ def main() -> None:
         results["tiled_vs_whole_max"] = int(diff.max())
         results["tiled_vs_whole_mean"] = float(diff.mean())
 
+        # 4. self-ensemble cost, the three settings interleaved so that machine noise hits them alike
+        photo = photos(1, (321, 481))[0]
+        restore(model, photo)  # warm-up
+        times: dict[int, list[float]] = {1: [], 2: [], 4: []}
+        for _ in range(args.rounds):
+            for n, record in times.items():
+                start = time.perf_counter()
+                restore(model, photo, tile=0, ensemble=n)
+                record.append(time.perf_counter() - start)
+        ensemble_s = {n: float(np.median(t)) for n, t in times.items()}
+        results["ensemble_seconds"] = ensemble_s
+
     rows = [
         ("weights", note),
         ("device / threads", f"{args.device} / {results['threads']}"),
@@ -152,6 +167,10 @@ def main() -> None:
             f"{large['peak_rss_mb']:.0f} MB ({large['model_rss_mb']:.0f} MB)",
         ),
         ("tiled vs whole 256×384 (tile 128/32)", f"max {diff.max()}, mean {diff.mean():.3f} levels"),
+        *(
+            (f"restore 321×481, ensemble {n}", f"{sec:.3f} s ({sec / ensemble_s[1]:.2f}× ensemble 1)")
+            for n, sec in ensemble_s.items()
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     print(f"{'measure':<{width}}  value")
