@@ -131,7 +131,7 @@ def build_app(
         out_path = Path(tempfile.mkdtemp(dir=out_root)) / f"{Path(name).stem}-derained.png"
         write_image_atomic(out_path, result)
         status = f"Derained {w}×{h} pixels in **{seconds:.2f} s**"
-        status += f" (self-ensemble of {ensemble} flips)." if ensemble > 1 else "."
+        status += f" (self-ensemble of {ensemble} passes)." if ensemble > 1 else "."
         return (_preview(image), _preview(result)), str(out_path), status
 
     with gr.Blocks(title="derain", delete_cache=(3600, 3600)) as demo:

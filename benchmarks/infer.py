@@ -96,6 +96,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds per ensemble setting")
     parser.add_argument("--child-large", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds should be at least 1, got {args.rounds}")
     if args.child_large:
         child_large(args.weights, args.large, args.tile, args.device)
         return

@@ -54,6 +54,22 @@ class DerainCLI(LightningCLI):
             help="export the best checkpoint to <run>/model.safetensors at the end",
         )
 
+    def before_instantiate_classes(self) -> None:
+        # A run that resumes from its last.ckpt gets its weights from there: don't read init_weights (the file
+        # may be gone or the path relative to another folder by now).
+        config = self.config
+        if config.model.get("init_weights") is None or config.get("resume") == "never":
+            return
+        last = _last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
+        if config.get("resume", "auto") != "auto" or last.is_file():
+            print(f"Resuming: --model.init_weights {config.model.init_weights} is not read", flush=True)
+            config.model.init_weights = None
+
+
+def _last_checkpoint(dirpath: str | None, default_root_dir: str | None) -> Path:
+    """Where a run keeps ``last.ckpt``: the checkpoint folder, by default ``<default_root_dir>/checkpoints``."""
+    return Path(dirpath or Path(default_root_dir or ".") / "checkpoints") / "last.ckpt"
+
 
 class _LastCheckpoint(ModelCheckpoint):
     """Rewrites ``last.ckpt`` after every validation, at the end of training, and on Ctrl+C or SIGTERM (not on
@@ -121,7 +137,7 @@ def run(args: list[str] | None = None) -> int:
     run_dir = Path(trainer.default_root_dir)
     resume = cli.config.get("resume", "auto")
     ckpt_path = None
-    last = Path(callback.dirpath) / "last.ckpt"
+    last = _last_checkpoint(callback.dirpath, trainer.default_root_dir)
     if resume == "auto" and last.is_file():
         step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
         ckpt_path = str(last)

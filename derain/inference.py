@@ -385,7 +385,8 @@ def restore(
         x = torch.from_numpy(np.stack(batch)).to(device).permute(0, 3, 1, 2).to(dtype).div_(scale)
         total = None
         for dims in flips:
-            y = model(x.flip(dims) if dims else x).float().clamp_(0.0, 1.0)
+            # out of place: a model may hand back x itself, which the later passes still read
+            y = model(x.flip(dims) if dims else x).float().clamp(0.0, 1.0)
             y = y.flip(dims) if dims else y
             total = y if total is None else total.add_(y)
         return total.div_(len(flips)).permute(0, 2, 3, 1).cpu().numpy()

@@ -30,28 +30,33 @@ def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3) -> Tensor:
 def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
     """Copy the weights stored in ``path`` (safetensors, Lightning checkpoint, or ``"packaged"``) into ``net``.
 
+    The tensors must fit ``net`` exactly (names and shapes); settings that hold no weights (``grad_checkpoint``,
+    top-k ratios) may differ.
+
     Raises:
-        WeightsError: the file is missing or unreadable, or its network differs from ``net`` (names the file and
-            the first mismatching entries).
+        WeightsError: the file is missing or unreadable, or its weights do not fit ``net`` (the message names the
+            file and, when both networks carry a config, the settings that differ).
     """
     from .inference import WeightsError, load_model
 
-    source = load_model(None if str(path) == "packaged" else path, device="cpu")
-    config = getattr(net, "config", None)
-    if config is not None:
-        mine, theirs = (json.loads(json.dumps(c)) for c in (config, source.config))  # tuples vs lists
-        changed = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-        if changed:
-            raise WeightsError(
-                f"init_weights {path}: its network differs from the configured one in {', '.join(changed)} "
-                f"(file: {', '.join(f'{k}={theirs.get(k)!r}' for k in changed)})"
-            )
+    try:
+        source = load_model(None if str(path) == "packaged" else path, device="cpu")
+    except WeightsError as err:
+        raise type(err)(f"init_weights {path}: {err}") from None
     try:
         net.load_state_dict(source.state_dict(), strict=True)
     except RuntimeError as err:
-        first = " ".join(str(err).strip().splitlines()[:2])
+        why = " ".join(str(err).strip().splitlines()[:2])
+        config = getattr(net, "config", None)
+        if isinstance(config, dict):
+            mine, theirs = (json.loads(json.dumps(c)) for c in (config, source.config))  # tuples vs lists
+            changed = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            if changed:
+                why = "; ".join(
+                    f"{k}: {mine.get(k)!r} configured, {theirs.get(k)!r} in the file" for k in changed
+                )
         raise WeightsError(
-            f"init_weights {path}: the weights do not fit the configured network: {first}"
+            f"init_weights {path}: the weights do not fit the configured network ({why})"
         ) from None
 
 
@@ -74,9 +79,11 @@ class DerainLitModule(L.LightningModule):
         channels_last: keep the network and batches in channels-last memory format (on this CPU a training step
             of DerainNet is several times faster: depthwise-conv backward is slow in NCHW).
         init_weights: start from these weights (a ``.safetensors`` file from ``derain.export``, a Lightning
-            ``.ckpt``, or ``"packaged"`` for the weights that ship with derain) instead of a random init, to fine-tune or continue a finished run with a new schedule. The
-            file's network must have the same architecture as ``net``. A resumed run (``last.ckpt``) overrides
-            them with its own state, as it should.
+            ``.ckpt``, or ``"packaged"`` for the weights that ship with derain) instead of a random init, to
+            fine-tune or to continue a finished run with a new schedule; they must fit ``net``. ``derain.fit``
+            ignores them when it resumes a run from its ``last.ckpt`` (the checkpoint has the newer state), so
+            the file may be gone by then. ``load_from_checkpoint`` reads them again unless given
+            ``init_weights=None``.
     """
 
     def __init__(

@@ -63,7 +63,7 @@ def test_derain_endpoint_returns_before_after_and_png(client: Client, tmp_path: 
     result = load_image(png)
     assert result.shape == (90, 130, 3) and result.dtype == np.uint8  # full resolution, tiled (tile=64)
     assert cv2.imread(before).shape == cv2.imread(after).shape == (90, 130, 3)  # slider previews
-    assert status.startswith("Derained 130×90 pixels in") and status.endswith("(self-ensemble of 2 flips).")
+    assert status.startswith("Derained 130×90 pixels in") and status.endswith("(self-ensemble of 2 passes).")
 
 
 def test_examples_are_small_rainy_photos() -> None:

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from derain.evaluate import main, pair_files
+from derain.evaluate import main, pair_files, score_pair
 from derain.export import save_net
+from derain.inference import load_model, restore
+from derain.io import read_rgb
 from derain.models import DerainNet
 
 TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
@@ -118,6 +120,40 @@ def test_rain_mode_runs_the_model_and_reports_input_psnr(
     assert result["input_psnr"] == pytest.approx(PSNR_RGB, abs=1e-3)
     assert result["input_psnr_y"] == pytest.approx(PSNR_Y, abs=1e-3)
     assert math.isfinite(result["psnr_y"]) and 0 < result["ssim"] <= 1
+
+
+def test_ensemble_flag_reaches_restore(
+    folders: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rain, clean = folders
+    torch.manual_seed(0)
+    weights = save_net(DerainNet(**TINY), tmp_path / "tiny.safetensors")
+    model = load_model(weights, device="cpu")
+    scores = {}
+    for n in (1, 2):
+        assert (
+            main(
+                [
+                    "--rain",
+                    str(rain),
+                    "--clean",
+                    str(clean),
+                    "--weights",
+                    str(weights),
+                    "--json",
+                    "--ensemble",
+                    str(n),
+                ]
+            )
+            == 0
+        )
+        scores[n] = json.loads(capsys.readouterr().out)["psnr"]
+        rows = [
+            score_pair(restore(model, read_rgb(r), ensemble=n), read_rgb(c))["psnr"]
+            for r, c in pair_files(rain, clean).pairs
+        ]
+        assert scores[n] == pytest.approx(float(np.mean(rows)), abs=1e-4)
+    assert scores[1] != scores[2]
 
 
 def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from derain.export import save_net
 from derain.infer import main, parse_shard
-from derain.inference import load_image
+from derain.inference import load_image, load_model, restore
 from derain.models import DerainNet
 
 TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
@@ -120,6 +120,17 @@ def test_recursive_mirrors_subfolders_and_format(photos: Path, tmp_path: Path, t
     out_same = tmp_path / "same"
     assert main([str(photos), str(out_same), "--weights", str(tiny_weights), "--format", "same"]) == 0
     assert (out_same / "photo.jpg").is_file() and (out_same / "good.png").is_file()
+
+
+def test_ensemble_flag_reaches_restore(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:
+    model = load_model(tiny_weights, device="cpu")
+    image = load_image(photos / "good.png")
+    for n in (1, 4):
+        out = tmp_path / f"out{n}"
+        argv = [str(photos), str(out), "--weights", str(tiny_weights), "--ensemble", str(n)]
+        assert main(argv) == 1  # the two broken files in the folder
+        np.testing.assert_array_equal(load_image(out / "good.png"), restore(model, image, ensemble=n))
+    assert not np.array_equal(load_image(tmp_path / "out1/good.png"), load_image(tmp_path / "out4/good.png"))
 
 
 def test_shards_split_the_sorted_list(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:

@@ -241,6 +241,9 @@ def test_ensemble_averages_flips_mapped_back() -> None:
     image = smooth_image(48, 64)
     plain = restore(PixelWise(), image)
     np.testing.assert_array_equal(restore(PixelWise(), image, ensemble=4), plain)  # flip-equivariant: same
+    np.testing.assert_array_equal(
+        restore(nn.Identity(), image, ensemble=4), image
+    )  # returns its input tensor
 
     net = Ramps(w=1.0, h=0.0)
     out = restore(net, image, ensemble=1)[..., 0].astype(int)

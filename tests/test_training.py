@@ -191,8 +191,15 @@ def test_init_weights_starts_from_a_weights_file(tmp_path):
     assert all(torch.equal(got[k], expected[k]) for k in got)
     assert not torch.equal(tiny(seed=2).state_dict()["embed.1.weight"], expected["embed.1.weight"])
 
-    with pytest.raises(WeightsError, match=r"source\.safetensors.*differs.*dim \(file: dim=8\)"):
+    with pytest.raises(
+        WeightsError, match=r"source\.safetensors.*do not fit.*dim: 16 configured, 8 in the file"
+    ):
         DerainLitModule(tiny(dim=16), init_weights=str(source))
+    # a setting that holds no weights may differ
+    torch.manual_seed(2)
+    other = DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),), grad_checkpoint=True)
+    module = DerainLitModule(other, init_weights=str(source))
+    assert torch.equal(module.net.state_dict()["embed.1.weight"], expected["embed.1.weight"])
 
 
 def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_path):
@@ -208,6 +215,35 @@ def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_pat
     )
     expected = load_model(shipped, device="cpu").state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in module.net.state_dict().items())
+
+
+def test_fine_tune_resumes_without_its_init_weights_file(tmp_path, capsys):
+    data = make_folder(tmp_path / "pairs")
+    torch.manual_seed(5)
+    tiny = DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4)
+    source = save_net(tiny, tmp_path / "start.safetensors")
+    run = tmp_path / "run"
+    common = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.train_dirs=[{data}]",
+        "--data.val_fraction=0",
+        "--data.patch_size=32",
+        "--data.batch_size=4",
+        "--data.num_workers=0",
+        "--trainer.accelerator=cpu",
+        "--trainer.limit_val_batches=0",
+        f"--model.init_weights={source}",
+        "--export=false",
+    ]
+    assert fit_main([*common, "--trainer.max_steps=2"]) == 0
+    source.unlink()  # the resumed run takes its weights from last.ckpt, not from the (now missing) start file
+    capsys.readouterr()
+    assert fit_main([*common, "--trainer.max_steps=4"]) == 0
+    out = capsys.readouterr().out
+    assert f"Resuming: --model.init_weights {source} is not read" in out and "(step 2)" in out
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
 
 
 def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
