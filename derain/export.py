@@ -36,7 +36,11 @@ def save_net(net: nn.Module, path: str | os.PathLike, *, extra: dict[str, str] |
 
 
 def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
-    """The network state dict (``net.`` prefix removed) and config from a Lightning checkpoint (safe loader)."""
+    """The network state dict and config from a Lightning checkpoint (safe loader).
+
+    The moving average of the weights (``ema.*``, when trained with ``ema_decay``) is preferred: it is what the
+    run validated; otherwise the ``net.*`` weights. The prefix is removed.
+    """
     ckpt_path = Path(ckpt_path)
     try:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
@@ -51,7 +55,8 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
     config = ckpt.get("derain_net_config")
     if config is None:
         raise ValueError(f"{ckpt_path} has no 'derain_net_config': it was not written by DerainLitModule")
-    state = {k.removeprefix("net."): v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
+    prefix = "ema." if any(k.startswith("ema.") for k in ckpt["state_dict"]) else "net."
+    state = {k.removeprefix(prefix): v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
     return state, config
 
 

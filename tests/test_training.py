@@ -253,6 +253,40 @@ def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
     assert "error:" in err and "nope.safetensors" in err and "Traceback" not in err
 
 
+def test_ema_averages_weights_and_is_what_validation_and_export_use(tmp_path):
+    torch.manual_seed(0)
+    module = DerainLitModule(DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),)), ema_decay=0.9)
+    start = {k: v.clone() for k, v in module.ema.state_dict().items()}
+    with torch.no_grad():
+        for p in module.net.parameters():
+            p.add_(1.0)
+    module.update_ema(step=1000)  # decay min(0.9, 1001/1010) = 0.9
+    for k, v in module.ema.state_dict().items():
+        torch.testing.assert_close(v, start[k] + 0.1 if v.is_floating_point() else start[k])
+    module.update_ema(step=0)  # warm-up: decay 1/10, the average jumps most of the way
+    weight = module.ema.state_dict()["embed.1.weight"]
+    torch.testing.assert_close(
+        weight, 0.1 * (start["embed.1.weight"] + 0.1) + 0.9 * (start["embed.1.weight"] + 1)
+    )
+
+    # validation runs the average, not the raw weights
+    module.log = lambda *a, **k: None
+    batch = {"rain": torch.rand(1, 3, 16, 16), "clean": torch.rand(1, 3, 16, 16)}
+    with torch.no_grad():
+        pred = module.step(batch, "val")
+        torch.testing.assert_close(pred, module.ema(batch["rain"]))
+        assert not torch.allclose(pred, module.net(batch["rain"]))
+
+    # a checkpoint with both exports the average
+    state = {f"net.{k}": v for k, v in module.net.state_dict().items()}
+    state |= {f"ema.{k}": v for k, v in module.ema.state_dict().items()}
+    torch.save({"state_dict": state, "derain_net_config": module.net.config}, tmp_path / "both.ckpt")
+    exported, _ = read_checkpoint_net(tmp_path / "both.ckpt")
+    assert torch.equal(exported["embed.1.weight"], module.ema.state_dict()["embed.1.weight"])
+    with pytest.raises(ValueError, match="ema_decay"):
+        DerainLitModule(DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),)), ema_decay=1.0)
+
+
 def test_export_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.ckpt"):
         export_checkpoint(tmp_path / "missing.ckpt", tmp_path / "out.safetensors")
