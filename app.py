@@ -20,7 +20,14 @@ import torch
 from PIL import Image
 from torch import nn
 
-from derain.inference import ENSEMBLE_FLIPS, WeightsError, load_image, load_model, restore
+from derain.inference import (
+    WeightsError,
+    add_ensemble_argument,
+    ensemble_flips,
+    load_image,
+    load_model,
+    restore,
+)
 from derain.io import write_image_atomic
 from derain.models import DerainNet
 
@@ -93,8 +100,7 @@ def build_app(
     Returns:
         The ``gr.Blocks`` app; its click event is exposed to API clients as ``/derain``.
     """
-    if ensemble not in ENSEMBLE_FLIPS:
-        raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
+    ensemble_flips(ensemble)  # refuse a bad value at start-up, not at the first photo
     out_root = Path(tempfile.mkdtemp(prefix="derain-app-"))
     max_pixels = int(max_megapixels * 1e6)
 
@@ -177,13 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     parser.add_argument("--tile", type=int, default=None, help="tile size (default: tile only large photos)")
-    parser.add_argument(
-        "--ensemble",
-        type=int,
-        choices=sorted(ENSEMBLE_FLIPS),
-        default=1,
-        help="average over this many upright flips per photo: a little better, N times slower (default 1)",
-    )
+    add_ensemble_argument(parser, "photo")
     parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
     parser.add_argument("--concurrency", type=int, default=1, help="photos derained at once (default 1)")
     return parser

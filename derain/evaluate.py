@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .inference import ENSEMBLE_FLIPS, WeightsError, load_model, restore
+from .inference import WeightsError, add_ensemble_argument, load_model, restore
 from .io import list_images, pair_name, read_rgb, to_tensor
 from .metrics import DerainMetrics
 
@@ -184,13 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tile", type=int, default=None, help="tile size for --rain (default: automatic)")
     parser.add_argument("--overlap", type=int, default=32, help="tile overlap for --rain (default 32)")
     parser.add_argument("--device", default=None, help="device for --rain (default: cuda if available)")
-    parser.add_argument(
-        "--ensemble",
-        type=int,
-        choices=sorted(ENSEMBLE_FLIPS),
-        default=1,
-        help="for --rain: average over this many upright flips per image (self-ensemble; default 1)",
-    )
+    add_ensemble_argument(parser, "image (with --rain)")
     parser.add_argument("--csv", type=Path, default=None, help="write per-image scores to this CSV file")
     parser.add_argument("--json", action="store_true", help="print one JSON object (means, count) on stdout")
     parser.add_argument(

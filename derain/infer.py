@@ -18,7 +18,7 @@ import numpy as np
 from torch import nn
 from tqdm import tqdm
 
-from .inference import DEFAULT_TILE, ENSEMBLE_FLIPS, WeightsError, load_image, load_model, restore
+from .inference import DEFAULT_TILE, WeightsError, add_ensemble_argument, load_image, load_model, restore
 from .io import IMAGE_SUFFIXES, write_image_atomic
 
 __all__ = ["Summary", "find_images", "output_path", "parse_shard", "run", "main"]
@@ -165,13 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--overlap", type=int, default=32, help="pixels shared by neighbouring tiles (default 32)"
     )
-    parser.add_argument(
-        "--ensemble",
-        type=int,
-        choices=sorted(ENSEMBLE_FLIPS),
-        default=1,
-        help="average over this many upright flips of each image (self-ensemble; N times slower; default 1)",
-    )
+    add_ensemble_argument(parser)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     parser.add_argument("--overwrite", action="store_true", help="redo images whose output already exists")
     parser.add_argument("--recursive", action="store_true", help="include subfolders, mirrored in OUT_DIR")

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -32,6 +33,8 @@ from .models import DerainNet
 __all__ = [
     "DEFAULT_TILE",
     "ENSEMBLE_FLIPS",
+    "add_ensemble_argument",
+    "ensemble_flips",
     "MAX_PIXELS_UNTILED",
     "PACKAGED_WEIGHTS",
     "WEIGHTS_FORMAT",
@@ -298,6 +301,25 @@ ENSEMBLE_FLIPS: dict[int, tuple[tuple[int, ...], ...]] = {
 """``restore(ensemble=n)``: the tensor dimensions flipped for each of the n passes (3 = width, 2 = height)."""
 
 
+def ensemble_flips(ensemble: int) -> tuple[tuple[int, ...], ...]:
+    """The flips of ``restore(ensemble=...)``; a ValueError naming the allowed values for any other number."""
+    if ensemble not in ENSEMBLE_FLIPS:
+        raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
+    return ENSEMBLE_FLIPS[ensemble]
+
+
+def add_ensemble_argument(parser: argparse.ArgumentParser, scope: str = "image") -> None:
+    """The ``--ensemble {1,2,4}`` option shared by ``derain.infer``, ``derain.evaluate`` and ``app.py``."""
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        choices=sorted(ENSEMBLE_FLIPS),
+        default=1,
+        help=f"average over this many upright flips of each {scope} (self-ensemble: a little better, "
+        "N times slower; default 1)",
+    )
+
+
 def _model_device_dtype(
     model: nn.Module, device: str | torch.device | None
 ) -> tuple[torch.device, torch.dtype]:
@@ -374,9 +396,7 @@ def restore(
         raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
     if batch_size < 1:
         raise ValueError(f"batch_size should be >= 1, got {batch_size}")
-    if ensemble not in ENSEMBLE_FLIPS:
-        raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
-    flips = ENSEMBLE_FLIPS[ensemble]
+    flips = ensemble_flips(ensemble)
     device, dtype = _model_device_dtype(model, device)
     was_training = model.training
     model.eval()

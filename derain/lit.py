@@ -13,6 +13,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from .inference import WeightsError, load_model
 from .io import to_uint8, write_image_atomic
 from .metrics import DerainMetrics
 
@@ -38,8 +39,6 @@ def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
         WeightsError: the file is missing or unreadable, or its weights do not fit ``net`` (the message names the
             file and, when both networks carry a config, the settings that differ).
     """
-    from .inference import WeightsError, load_model
-
     try:
         source = load_model(None if str(path) == "packaged" else path, device="cpu")
     except WeightsError as err:

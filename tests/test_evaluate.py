@@ -107,12 +107,17 @@ def test_table_output_and_missing_files(
     assert out.splitlines()[-1] == "4 image(s)"
 
 
+@pytest.fixture
+def tiny_weights(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    return save_net(DerainNet(**TINY), tmp_path / "tiny.safetensors")
+
+
 def test_rain_mode_runs_the_model_and_reports_input_psnr(
-    folders: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    folders: tuple[Path, Path], tiny_weights: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rain, clean = folders
-    torch.manual_seed(0)
-    weights = save_net(DerainNet(**TINY), tmp_path / "tiny.safetensors")
+    weights = tiny_weights
     status = main(["--rain", str(rain), "--clean", str(clean), "--weights", str(weights), "--json"])
     assert status == 0
     result = json.loads(capsys.readouterr().out)
@@ -123,11 +128,10 @@ def test_rain_mode_runs_the_model_and_reports_input_psnr(
 
 
 def test_ensemble_flag_reaches_restore(
-    folders: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    folders: tuple[Path, Path], tiny_weights: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rain, clean = folders
-    torch.manual_seed(0)
-    weights = save_net(DerainNet(**TINY), tmp_path / "tiny.safetensors")
+    weights = tiny_weights
     model = load_model(weights, device="cpu")
     scores = {}
     for n in (1, 2):
