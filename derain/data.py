@@ -30,7 +30,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
 from derain.io import IMAGE_SUFFIXES, ImageReadError, list_images, natural_key, pair_name, read_rgb, to_tensor
-from derain.synth import add_rain, builtin_clean_images, dihedral, transplant
+from derain.synth import LayerAugment, add_rain, builtin_clean_images, dihedral, transplant
 
 __all__ = [
     "DataError",
@@ -369,6 +369,8 @@ class SyntheticRainDataset(Dataset):
         fixed: item ``i`` is always the same (seeded by ``seed`` and ``i``), for validation sets; otherwise
             each DataLoader worker draws its own stream (seeded by its torch seed), new every epoch.
         rotate90: let transplanted rain layers turn by 90° (see ``derain.synth.transplant``).
+        layer_augment: random gain, resizing, small turns of the transplanted layers, and the chance of a
+            second layer on top (``derain.synth.LayerAugment``); None: layers as they are.
     """
 
     def __init__(
@@ -382,6 +384,7 @@ class SyntheticRainDataset(Dataset):
         seed: int = 0,
         fixed: bool = False,
         rotate90: bool = False,
+        layer_augment: LayerAugment | None = None,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -402,6 +405,7 @@ class SyntheticRainDataset(Dataset):
         self.seed = seed
         self.fixed = fixed
         self.rotate90 = rotate90
+        self.layer_augment = layer_augment
         self._rng = _ProcessRng(seed)
 
     def __len__(self) -> int:
@@ -414,8 +418,12 @@ class SyntheticRainDataset(Dataset):
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = _random_patch(image, self.patch_size, rng).astype(np.float32) / 255.0
         if rng.random() < self.transplant_prob:
-            layer = self.rain_residuals[int(rng.integers(len(self.rain_residuals)))]
-            rainy = transplant(clean, layer, rng, rotate90=self.rotate90)
+            aug = self.layer_augment
+            mix = aug is not None and aug.mix > 0 and rng.random() < aug.mix
+            rainy = clean
+            for _ in range(2 if mix else 1):
+                layer = self.rain_residuals[int(rng.integers(len(self.rain_residuals)))]
+                rainy = transplant(rainy, layer, rng, rotate90=self.rotate90, augment=self.layer_augment)
         else:
             rainy = add_rain(clean, rng)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
@@ -454,6 +462,11 @@ class DerainDataModule(L.LightningDataModule):
         transplant_from: folders (among the training folders) whose training pairs give their rain layers to
             transplant; default all training pairs. E.g. only the Rain100H pairs, to train for Rain100H rain.
             Held-out validation pairs never give theirs.
+        transplant_gain: transplanted layers are multiplied by a factor drawn from this range (low, high).
+        transplant_scale: transplanted layers are resized by a factor drawn (log-uniformly) from this range.
+        transplant_angle: transplanted layers are turned by at most this many degrees either way.
+        transplant_mix: probability of adding a second transplanted layer on top (denser rain). The four
+            ``transplant_*`` augmentations default to none (``derain.synth.LayerAugment``).
         rotate90: augment with 90° rotations too (they turn rain streaks horizontal, which photographed rain
             is not; off by default: flips and 180° turns only).
         val_synthetic: size of the fixed synthetic validation set (synthetic-only training).
@@ -483,6 +496,10 @@ class DerainDataModule(L.LightningDataModule):
         synthetic_length: int = 0,
         transplant_prob: float = 0.5,
         transplant_from: tuple[str, ...] = (),
+        transplant_gain: tuple[float, float] = (1.0, 1.0),
+        transplant_scale: tuple[float, float] = (1.0, 1.0),
+        transplant_angle: float = 0.0,
+        transplant_mix: float = 0.0,
         rotate90: bool = False,
         val_synthetic: int = 8,
         real_repeat: int = 1,
@@ -525,6 +542,15 @@ class DerainDataModule(L.LightningDataModule):
             raise DataError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if not 0.0 <= transplant_prob <= 1.0:
             raise DataError(f"transplant_prob must be in [0, 1], got {transplant_prob}")
+        try:
+            layer_augment = LayerAugment(
+                gain=tuple(transplant_gain),
+                scale=tuple(transplant_scale),
+                angle=transplant_angle,
+                mix=transplant_mix,
+            )
+        except ValueError as err:
+            raise DataError(f"transplant_{err}") from None
         for name, value in (
             ("patch_size", patch_size),
             ("batch_size", batch_size),
@@ -549,6 +575,7 @@ class DerainDataModule(L.LightningDataModule):
         self.synthetic_length = synthetic_length
         self.transplant_prob = transplant_prob
         self.transplant_from = tuple(transplant_from)
+        self.layer_augment = layer_augment
         self.rotate90 = rotate90
         self.val_synthetic = val_synthetic
         self.real_repeat = real_repeat
@@ -648,6 +675,7 @@ class DerainDataModule(L.LightningDataModule):
                     transplant_prob=self.transplant_prob,
                     seed=self.seed,
                     rotate90=self.rotate90,
+                    layer_augment=self.layer_augment,
                 )
             )
         if not parts:

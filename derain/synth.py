@@ -35,6 +35,7 @@ __all__ = [
     "add_rain",
     "as_float",
     "rain_residual",
+    "LayerAugment",
     "transplant",
     "dihedral",
     "builtin_clean_images",
@@ -271,8 +272,84 @@ def dihedral(image: np.ndarray, k: int) -> np.ndarray:
     return np.rot90(image, k % 4)
 
 
+@dataclass(frozen=True)
+class LayerAugment:
+    """Random changes to a real rain layer before ``transplant`` adds it, so a few layers give many.
+
+    Attributes:
+        gain: the layer is multiplied by a factor drawn uniformly from ``(low, high)``: fainter or brighter rain.
+        scale: the layer is resized by a factor drawn log-uniformly from ``(low, high)``: thinner/shorter or
+            thicker/longer streaks.
+        angle: the layer is turned by at most this many degrees either way (uniform): a new fall direction.
+        mix: probability that a second layer is added on top (drawn and augmented independently): denser rain.
+
+    The default changes nothing.
+
+    Raises:
+        ValueError: a range is not ``0 < low <= high``, ``angle`` is not in [0, 90) or ``mix`` not in [0, 1].
+    """
+
+    gain: Range = (1.0, 1.0)
+    scale: Range = (1.0, 1.0)
+    angle: float = 0.0
+    mix: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("gain", "scale"):
+            value = tuple(getattr(self, name))
+            if len(value) != 2 or not 0 < value[0] <= value[1]:
+                raise ValueError(f"{name} must be a range (low, high) with 0 < low <= high, got {value}")
+            object.__setattr__(self, name, (float(value[0]), float(value[1])))
+        if not 0.0 <= self.angle < 90.0:
+            raise ValueError(f"angle must be in [0, 90) degrees, got {self.angle}")
+        if not 0.0 <= self.mix <= 1.0:
+            raise ValueError(f"mix must be a probability in [0, 1], got {self.mix}")
+
+    @property
+    def warps(self) -> bool:
+        """Whether the layer is resized or turned (otherwise it is only cropped)."""
+        return self.scale != (1.0, 1.0) or self.angle > 0
+
+
+def _warped_crop(
+    layer: np.ndarray, h: int, w: int, rng: np.random.Generator, scale: Range, angle: float
+) -> np.ndarray:
+    """An (h, w) window of ``layer`` turned by a random angle and resized by a random factor, in one warp.
+
+    The window is placed where it lies wholly inside the layer; when it cannot (a small layer), the factor is
+    raised until it does.
+    """
+    lh, lw = layer.shape[:2]
+    s = float(np.exp(rng.uniform(np.log(scale[0]), np.log(scale[1]))))
+    theta = np.deg2rad(rng.uniform(-angle, angle)) if angle > 0 else 0.0
+    c, sn = abs(np.cos(theta)), abs(np.sin(theta))
+    half_w, half_h = (c * w + sn * h) / 2, (sn * w + c * h) / 2  # window's half extent in layer pixels × s
+    s = max(s, 2 * half_w / (lw - 1), 2 * half_h / (lh - 1)) if min(lh, lw) > 1 else max(s, float(max(h, w)))
+    ex, ey = half_w / s, half_h / s
+    cx = rng.uniform(ex, max(ex, lw - 1 - ex))
+    cy = rng.uniform(ey, max(ey, lh - 1 - ey))
+    # Output pixel (x, y) reads the layer at centre + R(theta) · (x - (w-1)/2, y - (h-1)/2) / s.
+    cos, sin = np.cos(theta) / s, np.sin(theta) / s
+    ox, oy = (w - 1) / 2, (h - 1) / 2
+    matrix = np.array(
+        [[cos, -sin, cx - cos * ox + sin * oy], [sin, cos, cy - sin * ox - cos * oy]], np.float64
+    )
+    return cv2.warpAffine(
+        layer,
+        matrix,
+        (w, h),
+        flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+        borderMode=cv2.BORDER_REFLECT_101,
+    )
+
+
 def transplant(
-    clean: np.ndarray, residual: np.ndarray, rng: np.random.Generator, *, rotate90: bool = False
+    clean: np.ndarray,
+    residual: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    rotate90: bool = False,
+    augment: LayerAugment | None = None,
 ) -> np.ndarray:
     """Add a real rain layer to another clean image: random flip/rotation and crop of ``residual``.
 
@@ -285,9 +362,11 @@ def transplant(
         rng: the source of randomness.
         rotate90: also allow 90° rotations of the layer. Off by default: they turn falling streaks
             horizontal, which real rain never is; flips and 180° turns keep streaks upright.
+        augment: random gain, resizing and small turns of the layer (``LayerAugment``; its ``mix`` is for
+            callers that add a second layer). None or the default: the layer as it is.
 
     Returns:
-        float32 (H, W, 3) rainy image ``clip(clean + crop(residual), 0, 1)``.
+        float32 (H, W, 3) rainy image ``clip(clean + gain · crop(residual), 0, 1)``.
     """
     _check_image(clean, "transplant clean image")
     _check_image(residual, "transplant rain residual")
@@ -299,15 +378,21 @@ def transplant(
     fits = [k for k in allowed if (rh, rw)[k % 2] >= h and (rw, rh)[k % 2] >= w]
     k = int(rng.choice(fits)) if fits else int(rng.choice(list(allowed)))
     layer = np.ascontiguousarray(dihedral(as_float(residual), k))
-    lh, lw = layer.shape[:2]
-    if lh < h or lw < w:
-        scale = max(h / lh, w / lw)
-        size = (max(w, int(np.ceil(lw * scale))), max(h, int(np.ceil(lh * scale))))
-        layer = cv2.resize(layer, size, interpolation=cv2.INTER_LINEAR)
+    if augment is not None and augment.warps:
+        crop = _warped_crop(layer, h, w, rng, augment.scale, augment.angle)
+    else:
         lh, lw = layer.shape[:2]
-    y = int(rng.integers(lh - h + 1))
-    x = int(rng.integers(lw - w + 1))
-    return np.clip(as_float(clean) + layer[y : y + h, x : x + w], 0.0, 1.0).astype(np.float32)
+        if lh < h or lw < w:
+            scale = max(h / lh, w / lw)
+            size = (max(w, int(np.ceil(lw * scale))), max(h, int(np.ceil(lh * scale))))
+            layer = cv2.resize(layer, size, interpolation=cv2.INTER_LINEAR)
+            lh, lw = layer.shape[:2]
+        y = int(rng.integers(lh - h + 1))
+        x = int(rng.integers(lw - w + 1))
+        crop = layer[y : y + h, x : x + w]
+    if augment is not None and augment.gain != (1.0, 1.0):
+        crop = crop * np.float32(rng.uniform(*augment.gain))
+    return np.clip(as_float(clean) + crop, 0.0, 1.0).astype(np.float32)
 
 
 _GRADIO_IMAGES = ("cheetah.jpg", "groot.jpeg", "tower.jpg", "lion.jpg")

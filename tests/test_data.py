@@ -21,6 +21,7 @@ from derain.data import (
     find_pairs,
     read_name_list,
 )
+from derain.synth import LayerAugment
 
 RAIN100H_MINI = SHARED_DATA / "rain100h-train-mini"
 
@@ -224,6 +225,52 @@ def test_synthetic_transplant_adds_a_real_rain_layer() -> None:
     torch.testing.assert_close(
         item["rain"] - item["clean"], torch.full((3, 32, 32), 20 / 255), atol=1e-6, rtol=0
     )
+
+
+@pytest.mark.parametrize(("mix", "layers"), [(0.0, 1), (1.0, 2)])
+def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -> None:
+    clean = [np.full((40, 40, 3), 100, np.uint8)]
+    residual = np.full((50, 50, 3), 20, np.uint8)
+    data = SyntheticRainDataset(
+        clean,
+        length=2,
+        patch_size=32,
+        rain_residuals=[residual],
+        transplant_prob=1.0,
+        layer_augment=LayerAugment(mix=mix),
+    )
+    item = data[0]
+    expected = torch.full((3, 32, 32), layers * 20 / 255)
+    torch.testing.assert_close(item["rain"] - item["clean"], expected, atol=1e-6, rtol=0)
+
+
+def test_transplant_augmentation_options_reach_the_synthetic_set(tmp_path: Path) -> None:
+    make_pairs(tmp_path / "a", ["1.png", "2.png"], ["1.png", "2.png"])
+    write(tmp_path / "clean" / "photo.png", noise(48, 48, seed=9))
+    common = dict(
+        train_dirs=(str(tmp_path / "a"),),
+        val_fraction=0.0,
+        clean_dirs=(str(tmp_path / "clean"),),
+        synthetic_length=4,
+        patch_size=16,
+        batch_size=2,
+        num_workers=0,
+    )
+    dm = DerainDataModule(
+        transplant_gain=[0.8, 1.3],
+        transplant_scale=[0.9, 1.1],
+        transplant_angle=10,
+        transplant_mix=0.2,
+        **common,
+    )
+    dm.setup("fit")
+    assert dm.train_set.datasets[-1].layer_augment == LayerAugment(
+        gain=(0.8, 1.3), scale=(0.9, 1.1), angle=10.0, mix=0.2
+    )
+    with pytest.raises(DataError, match=r"transplant_gain must be a range \(low, high\) .* got \(1.3, 0.8\)"):
+        DerainDataModule(transplant_gain=[1.3, 0.8], **common)
+    with pytest.raises(DataError, match=r"transplant_mix must be a probability in \[0, 1\], got -0.1"):
+        DerainDataModule(transplant_mix=-0.1, **common)
 
 
 # -- overlap and name lists --------------------------------------------------------------------------------

@@ -121,3 +121,102 @@ def test_transplant_resizes_a_small_residual_up() -> None:
     )
     assert out.shape == (64, 64, 3)
     np.testing.assert_allclose(out, 0.25, atol=1e-6)
+
+
+# -- rain-layer augmentation ---------------------------------------------------------------------------------
+
+
+def test_default_layer_augment_changes_nothing_and_draws_the_same_numbers() -> None:
+    residual = np.random.default_rng(1).random((50, 70, 3), dtype=np.float32) * 0.4
+    clean = np.random.default_rng(2).random((32, 40, 3), dtype=np.float32)
+    rng_plain, rng_aug = np.random.default_rng(7), np.random.default_rng(7)
+    plain = synth.transplant(clean, residual, rng_plain)
+    augmented = synth.transplant(clean, residual, rng_aug, augment=synth.LayerAugment())
+    np.testing.assert_array_equal(augmented, plain)
+    assert rng_aug.random() == rng_plain.random()  # the shipped recipe's random stream is unchanged
+
+
+def test_layer_gain_scales_the_added_rain() -> None:
+    clean = np.full((16, 16, 3), 0.2, np.float32)
+    layer = np.full((40, 40, 3), 0.2, np.float32)
+    out = synth.transplant(
+        clean, layer, np.random.default_rng(0), augment=synth.LayerAugment(gain=(1.5, 1.5))
+    )
+    np.testing.assert_allclose(out, 0.5, atol=1e-6)
+    added = [
+        float(
+            (
+                synth.transplant(
+                    clean, layer, np.random.default_rng(s), augment=synth.LayerAugment(gain=(0.5, 2.0))
+                )
+                - clean
+            ).mean()
+        )
+        for s in range(20)
+    ]
+    assert min(added) >= 0.1 - 1e-6 and max(added) <= 0.4 + 1e-6 and max(added) - min(added) > 0.1
+
+
+def test_layer_scale_resizes_the_streaks() -> None:
+    layer = np.zeros((200, 200, 3), np.float32)
+    layer[:, ::8] = 0.5  # vertical streaks every 8 px
+    out = synth.transplant(
+        np.zeros((32, 96, 3), np.float32),
+        layer,
+        np.random.default_rng(0),
+        augment=synth.LayerAugment(scale=(2.0, 2.0)),
+    )
+    row = out[16, :, 0] - out[16, :, 0].mean()
+    lags = {lag: float((row[:-lag] * row[lag:]).mean()) for lag in range(4, 24)}
+    assert max(lags, key=lags.get) == 16
+    assert np.allclose(out, out[:1])  # still vertical: scale alone does not turn them
+
+
+def _streak_angle(out: np.ndarray) -> float:
+    """Degrees from vertical of a single bright line in ``out`` (least-squares x = a·y + b over its pixels)."""
+    ys, xs = np.nonzero(out[..., 0] > 0.25)
+    return float(np.degrees(np.arctan(np.polyfit(ys, xs, 1)[0])))
+
+
+def test_layer_angle_turns_the_streaks_within_the_limit() -> None:
+    layer = np.zeros((300, 300, 3), np.float32)
+    layer[:, 149:152] = 0.5  # one vertical streak
+    clean = np.zeros((48, 48, 3), np.float32)
+    angles = []
+    for seed in range(60):
+        out = synth.transplant(
+            clean, layer, np.random.default_rng(seed), augment=synth.LayerAugment(angle=20.0)
+        )
+        if (out[..., 0] > 0.25).sum() > 40:  # the window caught the streak
+            angles.append(_streak_angle(out))
+    assert len(angles) >= 3
+    assert max(abs(a) for a in angles) <= 20.5 and max(abs(a) for a in angles) > 3
+
+
+def test_warped_layer_window_stays_inside_a_small_layer() -> None:
+    ramp = np.repeat(np.linspace(0.0, 0.5, 20, dtype=np.float32)[None, :, None], 12, 0).repeat(3, 2)
+    for seed in range(10):
+        out = synth.transplant(
+            np.zeros((64, 64, 3), np.float32),
+            ramp,
+            np.random.default_rng(seed),
+            augment=synth.LayerAugment(scale=(0.8, 1.25)),
+        )
+        rows = out[..., 0]
+        # A reflected border would fold the ramp back; a window inside the (enlarged) layer keeps it monotonic
+        # along the ramp's direction (flipped or not).
+        assert (np.diff(rows, axis=1) >= -1e-6).all() or (np.diff(rows, axis=1) <= 1e-6).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"gain": (0.0, 1.0)}, r"gain must be a range \(low, high\) with 0 < low <= high, got \(0.0, 1.0\)"),
+        ({"scale": (2.0, 1.0)}, r"scale must be a range .* got \(2.0, 1.0\)"),
+        ({"angle": 90.0}, r"angle must be in \[0, 90\) degrees, got 90.0"),
+        ({"mix": 1.5}, r"mix must be a probability in \[0, 1\], got 1.5"),
+    ],
+)
+def test_layer_augment_names_a_bad_setting(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        synth.LayerAugment(**kwargs)
