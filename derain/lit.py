@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -16,6 +17,8 @@ from torch import Tensor, nn
 from .inference import WeightsError, load_model
 from .io import to_uint8, write_image_atomic
 from .metrics import DerainMetrics
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DerainLitModule", "charbonnier_loss", "NonFiniteLossError"]
 
@@ -120,7 +123,26 @@ class DerainLitModule(L.LightningModule):
         self.ema = copy.deepcopy(self.net).requires_grad_(False) if ema_decay > 0 else None
 
     def forward(self, rain: Tensor) -> Tensor:
-        return self.net(rain)
+        """The derained batch: the trained weights in training mode, their moving average (if kept) in eval."""
+        net = self.net if self.training or self.ema is None else self.ema
+        return net(rain)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Resume across an ``ema_decay`` change: start a missing average from the weights, or drop an unused one."""
+        state = checkpoint.get("state_dict", {})
+        averaged = [k for k in state if k.startswith("ema.")]
+        if self.ema is not None and not averaged:
+            log.warning(
+                "the checkpoint has no moving average (saved without ema_decay); it starts from its weights"
+            )
+            for key in [k for k in state if k.startswith("net.")]:
+                state["ema." + key.removeprefix("net.")] = state[key].clone()
+        elif self.ema is None and averaged:
+            log.warning(
+                "ema_decay is 0: the checkpoint's moving average is dropped and training goes on without one"
+            )
+            for key in averaged:
+                del state[key]
 
     @torch.no_grad()
     def update_ema(self, step: int) -> None:
@@ -138,8 +160,7 @@ class DerainLitModule(L.LightningModule):
 
     def step(self, batch: dict[str, Any], stage: str) -> Tensor:
         rain, clean = batch["rain"].contiguous(memory_format=self.memory_format), batch["clean"]
-        net = self.net if stage == "train" or self.ema is None else self.ema
-        pred = net(rain)
+        pred = self(rain)  # the moving average in validation/test (eval mode), if kept
         loss = self.loss_fn(pred, clean)
         self.log(
             f"{stage}/loss",

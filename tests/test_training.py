@@ -273,9 +273,12 @@ def test_ema_averages_weights_and_is_what_validation_and_export_use(tmp_path):
     module.log = lambda *a, **k: None
     batch = {"rain": torch.rand(1, 3, 16, 16), "clean": torch.rand(1, 3, 16, 16)}
     with torch.no_grad():
+        module.eval()  # as Lightning sets it for validation
         pred = module.step(batch, "val")
         torch.testing.assert_close(pred, module.ema(batch["rain"]))
         assert not torch.allclose(pred, module.net(batch["rain"]))
+        module.train()  # training steps run the raw weights
+        torch.testing.assert_close(module(batch["rain"]), module.net(batch["rain"]))
 
     # a checkpoint with both exports the average
     state = {f"net.{k}": v for k, v in module.net.state_dict().items()}
@@ -285,6 +288,33 @@ def test_ema_averages_weights_and_is_what_validation_and_export_use(tmp_path):
     assert torch.equal(exported["embed.1.weight"], module.ema.state_dict()["embed.1.weight"])
     with pytest.raises(ValueError, match="ema_decay"):
         DerainLitModule(DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),)), ema_decay=1.0)
+
+
+def test_resume_across_an_ema_decay_change(tmp_path, caplog):
+    run = tmp_path / "run"
+    common = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={run}", "--data.synthetic=true"]
+    common += ["--data.synthetic_length=8", "--data.batch_size=4"]
+    common += [
+        "--data.num_workers=0",
+        "--data.patch_size=32",
+        "--trainer.limit_val_batches=0",
+        "--export=false",
+    ]
+    last = run / "checkpoints" / "last.ckpt"
+    assert fit_main([*common, "--trainer.max_steps=2"]) == 0
+    # a run saved without an average resumes with one: the average starts from the saved weights
+    assert fit_main([*common, "--trainer.max_steps=3", "--model.ema_decay=0.9"]) == 0
+    assert "has no moving average" in caplog.text
+    state = torch.load(last, weights_only=True)["state_dict"]
+    assert state.keys() >= {"ema.embed.1.weight", "net.embed.1.weight"}
+    # and back: a run that kept one resumes without, dropping it
+    assert fit_main([*common, "--trainer.max_steps=4"]) == 0
+    assert "checkpoint's moving average is dropped" in caplog.text
+    state = torch.load(last, weights_only=True)["state_dict"]
+    assert (
+        not any(k.startswith("ema.") for k in state)
+        and torch.load(last, weights_only=True)["global_step"] == 4
+    )
 
 
 def test_export_errors_name_the_file(tmp_path):
