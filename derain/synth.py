@@ -324,7 +324,7 @@ def _warped_crop(
     theta = np.deg2rad(rng.uniform(-angle, angle)) if angle > 0 else 0.0
     c, sn = abs(np.cos(theta)), abs(np.sin(theta))
     half_w, half_h = (c * w + sn * h) / 2, (sn * w + c * h) / 2  # window's half extent in layer pixels × s
-    s = max(s, 2 * half_w / (lw - 1), 2 * half_h / (lh - 1)) if min(lh, lw) > 1 else max(s, float(max(h, w)))
+    s = max(s, 2 * half_w / max(lw - 1, 1), 2 * half_h / max(lh - 1, 1))  # fit inside the layer
     ex, ey = half_w / s, half_h / s
     cx = rng.uniform(ex, max(ex, lw - 1 - ex))
     cy = rng.uniform(ey, max(ey, lh - 1 - ey))
