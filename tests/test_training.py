@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+import yaml
 from safetensors import safe_open
 
 from derain.export import export_checkpoint, read_checkpoint_net, save_net
@@ -393,3 +394,28 @@ def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, c
     assert fit_main(args) == 0
     assert "Resuming from" in capsys.readouterr().out
     assert torch.load(last, weights_only=True)["global_step"] == 12
+
+
+@pytest.mark.parametrize(
+    "stages",
+    [
+        ["rain100h-small.yaml"],
+        ["rain100h-small.yaml", "rain100h-small-stage2.yaml"],
+        ["rain100h-small.yaml", "rain100h-small-augment.yaml"],
+        ["rain100h-small.yaml", "rain100h-small-augment.yaml", "rain100h-small-large-patch.yaml"],
+        ["rain100h.yaml"],
+        ["synthetic.yaml"],
+    ],
+)
+def test_every_recipe_parses(stages, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    args = [a for name in stages for a in ("--config", f"configs/{name}")]
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main([*args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    if "rain100h-small-augment.yaml" in stages:
+        assert config["data"]["transplant_angle"] == 12.0 and config["data"]["transplant_mix"] == 0.15
+    if "rain100h-small-large-patch.yaml" in stages:
+        assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (256, 2)
+        assert config["model"]["init_weights"] == "runs/rain100h-small-augment/model.safetensors"
