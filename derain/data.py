@@ -30,7 +30,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
 from derain.io import IMAGE_SUFFIXES, ImageReadError, list_images, natural_key, pair_name, read_rgb, to_tensor
-from derain.synth import LayerAugment, add_rain, builtin_clean_images, dihedral, transplant
+from derain.synth import LayerAugment, add_rain, builtin_clean_images, dihedral, transplant_layers
 
 __all__ = [
     "DataError",
@@ -418,12 +418,9 @@ class SyntheticRainDataset(Dataset):
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = _random_patch(image, self.patch_size, rng).astype(np.float32) / 255.0
         if rng.random() < self.transplant_prob:
-            aug = self.layer_augment
-            mix = aug is not None and aug.mix > 0 and rng.random() < aug.mix
-            rainy = clean
-            for _ in range(2 if mix else 1):
-                layer = self.rain_residuals[int(rng.integers(len(self.rain_residuals)))]
-                rainy = transplant(rainy, layer, rng, rotate90=self.rotate90, augment=self.layer_augment)
+            rainy = transplant_layers(
+                clean, self.rain_residuals, rng, rotate90=self.rotate90, augment=self.layer_augment
+            )
         else:
             rainy = add_rain(clean, rng)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
@@ -544,10 +541,7 @@ class DerainDataModule(L.LightningDataModule):
             raise DataError(f"transplant_prob must be in [0, 1], got {transplant_prob}")
         try:
             layer_augment = LayerAugment(
-                gain=tuple(transplant_gain),
-                scale=tuple(transplant_scale),
-                angle=transplant_angle,
-                mix=transplant_mix,
+                gain=transplant_gain, scale=transplant_scale, angle=transplant_angle, mix=transplant_mix
             )
         except ValueError as err:
             raise DataError(f"transplant_{err}") from None
@@ -665,6 +659,8 @@ class DerainDataModule(L.LightningDataModule):
                 if self.transplant_from:
                     donors = _indices_from(pairs, self.transplant_from, "transplant_from")
                 residuals = [cv2.subtract(*decoded[i]) for i in donors]
+            if not residuals and self.layer_augment != LayerAugment():
+                log.warning("transplant_gain/scale/angle/mix have no effect: no rain layers are transplanted")
             length = self.synthetic_length or self.AUTO_SYNTHETIC_LENGTH
             parts.append(
                 SyntheticRainDataset(

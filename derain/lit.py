@@ -89,8 +89,9 @@ class DerainLitModule(L.LightningModule):
             ``init_weights=None``.
         ema_decay: keep an exponential moving average of the weights (``ema ← d·ema + (1 − d)·weights`` after
             every optimizer step, ``d = min(ema_decay, (1 + n) / (10 + n))`` at step ``n``); validation, test
-            and export then use the average. ``0`` (default) keeps none. Around 0.999 smooths the step-to-step
-            noise of a small-batch run; the checkpoint holds both (``net.*`` and ``ema.*``).
+            and export then use the average, as does ``forward`` in eval mode. ``0`` (default) keeps none. Around
+            0.999 smooths the step-to-step noise of a small-batch run; the checkpoint holds both (``net.*`` and
+            ``ema.*``), and resuming with another setting starts the average from the weights or drops it.
     """
 
     def __init__(

@@ -28,13 +28,17 @@ __all__ = ["AttentionMonitor", "agent_layers", "tksa_layers", "set_entropy_recor
 
 
 def _network(module: nn.Module) -> nn.Module:
-    """The plain network inside a LightningModule (``.net``), else the module itself: names stay short."""
-    net = getattr(module, "net", None)
-    return net if isinstance(net, nn.Module) else module
+    """The plain network that validation runs inside a LightningModule: its moving average (``.ema``) when it
+    keeps one, else ``.net``; else the module itself. Names stay short (relative to that network)."""
+    for attr in ("ema", "net"):
+        net = getattr(module, attr, None)
+        if isinstance(net, nn.Module):
+            return net
+    return module
 
 
 def agent_layers(module: nn.Module) -> dict[str, AgentAttention]:
-    """Every agent-attention layer of ``module`` (or of ``module.net``), by its qualified name."""
+    """Every agent-attention layer of ``module`` (or of the network it validates), by qualified name."""
     return {name: m for name, m in _network(module).named_modules() if isinstance(m, AgentAttention)}
 
 

@@ -16,6 +16,7 @@ another clean photo.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = [
     "rain_residual",
     "LayerAugment",
     "transplant",
+    "transplant_layers",
     "dihedral",
     "builtin_clean_images",
 ]
@@ -281,9 +283,11 @@ class LayerAugment:
         scale: the layer is resized by a factor drawn log-uniformly from ``(low, high)``: thinner/shorter or
             thicker/longer streaks.
         angle: the layer is turned by at most this many degrees either way (uniform): a new fall direction.
-        mix: probability that a second layer is added on top (drawn and augmented independently): denser rain.
+        mix: probability that ``transplant_layers`` adds a second layer on top (drawn and augmented
+            independently): denser rain.
 
-    The default changes nothing.
+    The default changes nothing. A factor too small for the turned window to fit inside the layer is raised
+    until it fits (e.g. 256² crops of a 321-pixel-high layer: at least 0.8, more when turned).
 
     Raises:
         ValueError: a range is not ``0 < low <= high``, ``angle`` is not in [0, 90) or ``mix`` not in [0, 1].
@@ -311,36 +315,28 @@ class LayerAugment:
         return self.scale != (1.0, 1.0) or self.angle > 0
 
 
-def _warped_crop(
-    layer: np.ndarray, h: int, w: int, rng: np.random.Generator, scale: Range, angle: float
+def _window_matrix(
+    layer_shape: tuple[int, int], h: int, w: int, rng: np.random.Generator, scale: Range, angle: float
 ) -> np.ndarray:
-    """An (h, w) window of ``layer`` turned by a random angle and resized by a random factor, in one warp.
+    """The 2×3 map from an (h, w) output window to layer coordinates: a random turn, factor and place.
 
-    The window is placed where it lies wholly inside the layer; when it cannot (a small layer), the factor is
-    raised until it does.
+    Output pixel (x, y) reads the layer at ``centre + R(θ) · (x − (w−1)/2, y − (h−1)/2) / s``. The factor ``s`` is
+    raised when needed so that the turned window lies wholly inside the layer (a small layer, a large patch),
+    and the centre is drawn where it does.
     """
-    lh, lw = layer.shape[:2]
+    lh, lw = layer_shape
     s = float(np.exp(rng.uniform(np.log(scale[0]), np.log(scale[1]))))
     theta = np.deg2rad(rng.uniform(-angle, angle)) if angle > 0 else 0.0
     c, sn = abs(np.cos(theta)), abs(np.sin(theta))
-    half_w, half_h = (c * w + sn * h) / 2, (sn * w + c * h) / 2  # window's half extent in layer pixels × s
-    s = max(s, 2 * half_w / max(lw - 1, 1), 2 * half_h / max(lh - 1, 1))  # fit inside the layer
+    # half extents of the turned window, in layer pixels at s = 1 (pixel centres, hence w − 1 and h − 1)
+    half_w, half_h = (c * (w - 1) + sn * (h - 1)) / 2, (sn * (w - 1) + c * (h - 1)) / 2
+    s = max(s, 2 * half_w / max(lw - 1, 1), 2 * half_h / max(lh - 1, 1))
     ex, ey = half_w / s, half_h / s
     cx = rng.uniform(ex, max(ex, lw - 1 - ex))
     cy = rng.uniform(ey, max(ey, lh - 1 - ey))
-    # Output pixel (x, y) reads the layer at centre + R(theta) · (x - (w-1)/2, y - (h-1)/2) / s.
     cos, sin = np.cos(theta) / s, np.sin(theta) / s
     ox, oy = (w - 1) / 2, (h - 1) / 2
-    matrix = np.array(
-        [[cos, -sin, cx - cos * ox + sin * oy], [sin, cos, cy - sin * ox - cos * oy]], np.float64
-    )
-    return cv2.warpAffine(
-        layer,
-        matrix,
-        (w, h),
-        flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-        borderMode=cv2.BORDER_REFLECT_101,
-    )
+    return np.array([[cos, -sin, cx - cos * ox + sin * oy], [sin, cos, cy - sin * ox - cos * oy]], np.float64)
 
 
 def transplant(
@@ -354,7 +350,8 @@ def transplant(
     """Add a real rain layer to another clean image: random flip/rotation and crop of ``residual``.
 
     Flips/rotations that leave the residual at least as large as ``clean`` are preferred; when none does,
-    the residual is resized up (bilinear) until it covers ``clean``.
+    the residual is resized up (bilinear) until it covers ``clean`` (with ``augment``'s resizing or turning:
+    its factor is raised until the turned window fits).
 
     Args:
         clean: (H, W, 3) image, float in [0, 1] or uint8.
@@ -362,8 +359,8 @@ def transplant(
         rng: the source of randomness.
         rotate90: also allow 90° rotations of the layer. Off by default: they turn falling streaks
             horizontal, which real rain never is; flips and 180° turns keep streaks upright.
-        augment: random gain, resizing and small turns of the layer (``LayerAugment``; its ``mix`` is for
-            callers that add a second layer). None or the default: the layer as it is.
+        augment: random gain, resizing and small turns of the layer (``LayerAugment``; its ``mix`` is
+            ``transplant_layers``'). None or the default: the layer as it is.
 
     Returns:
         float32 (H, W, 3) rainy image ``clip(clean + gain · crop(residual), 0, 1)``.
@@ -379,7 +376,9 @@ def transplant(
     k = int(rng.choice(fits)) if fits else int(rng.choice(list(allowed)))
     layer = np.ascontiguousarray(dihedral(as_float(residual), k))
     if augment is not None and augment.warps:
-        crop = _warped_crop(layer, h, w, rng, augment.scale, augment.angle)
+        matrix = _window_matrix(layer.shape[:2], h, w, rng, augment.scale, augment.angle)
+        flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+        crop = cv2.warpAffine(layer, matrix, (w, h), flags=flags, borderMode=cv2.BORDER_REFLECT_101)
     else:
         lh, lw = layer.shape[:2]
         if lh < h or lw < w:
@@ -393,6 +392,29 @@ def transplant(
     if augment is not None and augment.gain != (1.0, 1.0):
         crop = crop * np.float32(rng.uniform(*augment.gain))
     return np.clip(as_float(clean) + crop, 0.0, 1.0).astype(np.float32)
+
+
+def transplant_layers(
+    clean: np.ndarray,
+    residuals: Sequence[np.ndarray],
+    rng: np.random.Generator,
+    *,
+    rotate90: bool = False,
+    augment: LayerAugment | None = None,
+) -> np.ndarray:
+    """``transplant`` one random layer of ``residuals`` onto ``clean``, or two with probability ``augment.mix``.
+
+    Two layers add up (``clip(clean + a + b)``): denser rain than any single layer. Without ``augment`` or with
+    ``mix`` 0, exactly ``transplant`` of one random layer (the same random numbers drawn).
+    """
+    if not residuals:
+        raise ValueError("transplant_layers: no rain layers given")
+    two = augment is not None and augment.mix > 0 and rng.random() < augment.mix
+    rainy = clean
+    for _ in range(2 if two else 1):
+        layer = residuals[int(rng.integers(len(residuals)))]
+        rainy = transplant(rainy, layer, rng, rotate90=rotate90, augment=augment)
+    return rainy
 
 
 _GRADIO_IMAGES = ("cheetah.jpg", "groot.jpeg", "tower.jpg", "lion.jpg")

@@ -250,11 +250,12 @@ def test_ratio_weight_logs_use_the_weights_as_applied():
     assert all(v == pytest.approx(0.25) for v in logs.values())
 
 
-def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path):
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])  # with a moving average, validation runs (and logs) that
+def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path, ema_decay):
     torch.manual_seed(0)
     batch = {"rain": torch.rand(3, 24, 24), "clean": torch.rand(3, 24, 24), "name": "x"}
     loader = DataLoader([batch, batch], batch_size=2)
-    model = DerainLitModule(tiny(), sample_images=0, warmup_steps=1)
+    model = DerainLitModule(tiny(), sample_images=0, warmup_steps=1, ema_decay=ema_decay)
     monitor = AttentionMonitor()
     trainer = L.Trainer(
         fast_dev_run=1,

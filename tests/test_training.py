@@ -308,6 +308,8 @@ def test_resume_across_an_ema_decay_change(tmp_path, caplog):
     assert "has no moving average" in caplog.text
     state = torch.load(last, weights_only=True)["state_dict"]
     assert state.keys() >= {"ema.embed.1.weight", "net.embed.1.weight"}
+    # (one step after the start, with the warm-up decay 1/10, the average is still near the weights)
+    torch.testing.assert_close(state["ema.embed.1.weight"], state["net.embed.1.weight"], atol=0.05, rtol=0)
     # and back: a run that kept one resumes without, dropping it
     assert fit_main([*common, "--trainer.max_steps=4"]) == 0
     assert "checkpoint's moving average is dropped" in caplog.text
@@ -396,17 +398,23 @@ def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, c
     assert torch.load(last, weights_only=True)["global_step"] == 12
 
 
-@pytest.mark.parametrize(
-    "stages",
-    [
-        ["rain100h-small.yaml"],
-        ["rain100h-small.yaml", "rain100h-small-stage2.yaml"],
-        ["rain100h-small.yaml", "rain100h-small-augment.yaml"],
-        ["rain100h-small.yaml", "rain100h-small-augment.yaml", "rain100h-small-large-patch.yaml"],
-        ["rain100h.yaml"],
-        ["synthetic.yaml"],
-    ],
-)
+RECIPES = [
+    ["rain100h-small.yaml"],
+    ["rain100h-small.yaml", "rain100h-small-stage2.yaml"],
+    ["rain100h-small.yaml", "rain100h-small-augment.yaml"],
+    ["rain100h-small.yaml", "rain100h-small-augment.yaml", "rain100h-small-large-patch.yaml"],
+    ["rain100h.yaml"],
+    ["synthetic.yaml"],
+]
+
+
+def test_the_recipes_cover_every_config():
+    assert {name for stages in RECIPES for name in stages} == {
+        p.name for p in (REPO / "configs").glob("*.yaml")
+    }
+
+
+@pytest.mark.parametrize("stages", RECIPES)
 def test_every_recipe_parses(stages, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     args = [a for name in stages for a in ("--config", f"configs/{name}")]
@@ -419,3 +427,19 @@ def test_every_recipe_parses(stages, capsys, monkeypatch):
     if "rain100h-small-large-patch.yaml" in stages:
         assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (256, 2)
         assert config["model"]["init_weights"] == "runs/rain100h-small-augment/model.safetensors"
+
+
+def test_load_from_checkpoint_across_an_ema_decay_change(tmp_path):
+    def net():
+        return DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),))
+
+    torch.manual_seed(0)
+    plain = DerainLitModule(net())
+    ckpt = tmp_path / "plain.ckpt"
+    torch.save({"state_dict": plain.state_dict(), "pytorch-lightning_version": "2.6.0"}, ckpt)
+    averaged = DerainLitModule.load_from_checkpoint(ckpt, net=net(), ema_decay=0.9, weights_only=True)
+    for key, value in plain.net.state_dict().items():
+        torch.testing.assert_close(averaged.ema.state_dict()[key], value)
+    torch.save({"state_dict": averaged.state_dict(), "pytorch-lightning_version": "2.6.0"}, ckpt)
+    again = DerainLitModule.load_from_checkpoint(ckpt, net=net(), ema_decay=0.0, weights_only=True)
+    assert again.ema is None
