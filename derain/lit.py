@@ -78,6 +78,9 @@ class DerainLitModule(L.LightningModule):
         betas: AdamW betas.
         warmup_steps: linear warm-up steps from ``lr * 0.01``.
         min_lr_ratio: the cosine decays to ``lr * min_lr_ratio`` at the last step.
+        schedule_steps: length of the warm-up + cosine schedule; default the run's own length
+            (``trainer.max_steps``). Longer than the run: it stops part-way down the cosine, with the learning
+            rates a longer run would have had (how a run stopped early is written as a recipe).
         sample_images: validation triplets (rainy | derained | clean) written per validation run.
         channels_last: keep the network and batches in channels-last memory format (on this CPU a training step
             of DerainNet is several times faster: depthwise-conv backward is slow in NCHW).
@@ -104,6 +107,7 @@ class DerainLitModule(L.LightningModule):
         betas: tuple[float, float] = (0.9, 0.999),
         warmup_steps: int = 200,
         min_lr_ratio: float = 0.01,
+        schedule_steps: int | None = None,
         sample_images: int = 3,
         channels_last: bool = True,
         init_weights: str | None = None,
@@ -119,6 +123,8 @@ class DerainLitModule(L.LightningModule):
         self.sample_images = sample_images
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net.to(memory_format=self.memory_format)
+        if schedule_steps is not None and schedule_steps < 1:
+            raise ValueError(f"schedule_steps should be at least 1, got {schedule_steps}")
         if not 0.0 <= ema_decay < 1.0:
             raise ValueError(f"ema_decay should be in [0, 1), got {ema_decay}")
         self.ema = copy.deepcopy(self.net).requires_grad_(False) if ema_decay > 0 else None
@@ -232,7 +238,7 @@ class DerainLitModule(L.LightningModule):
             lr=hp.lr,
             betas=hp.betas,
         )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
+        total = hp.schedule_steps or max(1, int(self.trainer.estimated_stepping_batches))
         warmup = min(hp.warmup_steps, max(0, total - 1))
 
         def schedule(step: int) -> float:

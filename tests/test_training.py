@@ -424,6 +424,7 @@ def test_every_recipe_parses(stages, capsys, monkeypatch):
     config = yaml.safe_load(capsys.readouterr().out)
     if "rain100h-small-augment.yaml" in stages:
         assert config["data"]["transplant_angle"] == 12.0 and config["data"]["transplant_mix"] == 0.15
+        assert config["model"]["schedule_steps"] == 4200
     if "rain100h-small-large-patch.yaml" in stages:
         assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (256, 2)
         assert config["model"]["init_weights"] == "runs/rain100h-small-augment/model.safetensors"
@@ -443,3 +444,13 @@ def test_load_from_checkpoint_across_an_ema_decay_change(tmp_path):
     torch.save({"state_dict": averaged.state_dict(), "pytorch-lightning_version": "2.6.0"}, ckpt)
     again = DerainLitModule.load_from_checkpoint(ckpt, net=net(), ema_decay=0.0, weights_only=True)
     assert again.ema is None
+
+
+def test_schedule_steps_sets_the_cosine_length_independently_of_the_run():
+    net = DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),))
+    module = DerainLitModule(net, lr=1.0, warmup_steps=10, min_lr_ratio=0.0, schedule_steps=110)
+    schedule = module.configure_optimizers()["lr_scheduler"]["scheduler"].lr_lambdas[0]
+    assert schedule(0) == pytest.approx(0.01) and schedule(10) == pytest.approx(1.0)
+    assert schedule(60) == pytest.approx(0.5) and schedule(110) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="schedule_steps should be at least 1, got 0"):
+        DerainLitModule(net, schedule_steps=0)
