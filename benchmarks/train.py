@@ -5,7 +5,8 @@
 
 Side by side in one run: a training step (forward, Charbonnier loss, backward, AdamW) in channels-last and in
 NCHW memory format, and the time the DataLoader needs to produce one batch of synthetic rain with transplant
-(the embedded default's data path) in the main process. Prints a table and one ``RESULT {...}`` JSON line with
+(the embedded default's data path) in the main process, plain and with the rain-layer augmentation of
+configs/rain100h-small-augment.yaml (gain, resize, turn in one warp; a second layer for some). Prints a table and one ``RESULT {...}`` JSON line with
 steps/s, peak memory growth and the loader/step ratio (target: loader < 10% of a step, i.e. workers keep up).
 """
 
@@ -14,15 +15,30 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from common import report, reset_peak, status_kb
 
 from derain.data import SyntheticRainDataset
 from derain.lit import charbonnier_loss
 from derain.models import DerainNet
-from derain.synth import add_rain, builtin_clean_images, rain_residual
+from derain.synth import LayerAugment, add_rain, builtin_clean_images, rain_residual
+
+AUGMENT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "rain100h-small-augment.yaml"
+
+
+def recipe_augment() -> LayerAugment:
+    """The rain-layer augmentation of the augment stage's config."""
+    data = yaml.safe_load(AUGMENT_RECIPE.read_text())["data"]
+    return LayerAugment(
+        gain=data["transplant_gain"],
+        scale=data["transplant_scale"],
+        angle=data["transplant_angle"],
+        mix=data["transplant_mix"],
+    )
 
 
 def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple[float, float]:
@@ -50,14 +66,20 @@ def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple
     return statistics.median(times), (status_kb("VmHWM") - base) / 1024
 
 
-def loader_time(batch: int, patch: int, batches: int) -> float:
+def loader_time(batch: int, patch: int, batches: int, augment: LayerAugment | None = None) -> float:
     """Median seconds to build one batch of the synthetic-rain dataset in this process."""
     rng = np.random.default_rng(0)
     clean = builtin_clean_images()
     residuals = [rain_residual(add_rain(img, rng, "heavy"), img) for img in clean[:3]]
     residuals = [(r * 255).round().astype(np.uint8) if r.dtype != np.uint8 else r for r in residuals]
     ds = SyntheticRainDataset(
-        clean, length=batch * batches, patch_size=patch, rain_residuals=residuals, transplant_prob=0.5, seed=0
+        clean,
+        length=batch * batches,
+        patch_size=patch,
+        rain_residuals=residuals,
+        transplant_prob=0.5,
+        seed=0,
+        layer_augment=augment,
     )
     times = []
     for b in range(batches):
@@ -80,7 +102,9 @@ def main() -> None:
     args = parser.parse_args()
 
     t_cl, mem_cl = step_times(args.batch, args.patch, args.steps, channels_last=True)
-    t_load = loader_time(args.batch, args.patch, max(5, args.steps // 2))
+    batches = max(5, args.steps // 2)
+    t_load = loader_time(args.batch, args.patch, batches)
+    t_aug = loader_time(args.batch, args.patch, batches, recipe_augment())
     result = {
         "batch": args.batch,
         "patch": args.patch,
@@ -90,6 +114,8 @@ def main() -> None:
         "peak_mb": mem_cl,
         "loader_ms_per_batch": t_load * 1e3,
         "loader_over_step": t_load / t_cl,
+        "augmented_loader_ms_per_batch": t_aug * 1e3,
+        "augmented_over_plain_loader": t_aug / t_load,
     }
     rows = [
         (
@@ -99,6 +125,10 @@ def main() -> None:
         (
             "one batch of synthetic rain + transplant (1 process)",
             f"{t_load * 1e3:.0f} ms = {100 * t_load / t_cl:.0f}% of a step",
+        ),
+        (
+            "the same with the augment stage's rain-layer augmentation",
+            f"{t_aug * 1e3:.0f} ms = {t_aug / t_load:.2f}x plain, {100 * t_aug / t_cl:.0f}% of a step",
         ),
     ]
     if not args.quick:
