@@ -46,6 +46,21 @@ def make_pairs(
     return folder
 
 
+def small_synthetic_data(tmp_path: Path, *train_dirs: Path, **options) -> dict:
+    """DerainDataModule options: pairs from ``train_dirs`` plus 4 synthetic 16² samples per epoch on one clean
+    photo (written under ``tmp_path/clean``), batch 2, no worker processes."""
+    write(tmp_path / "clean" / "photo.png", noise(48, 48, seed=9))
+    return dict(
+        train_dirs=tuple(str(d) for d in train_dirs),
+        clean_dirs=(str(tmp_path / "clean"),),
+        synthetic_length=4,
+        patch_size=16,
+        batch_size=2,
+        num_workers=0,
+        **options,
+    )
+
+
 # -- find_pairs: every layout -------------------------------------------------------------------------------
 
 
@@ -169,16 +184,8 @@ def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tm
     names = [f"{i}.png" for i in range(1, 6)]
     make_pairs(tmp_path / "a", names, names)
     make_pairs(tmp_path / "b", names[:3], names[:3])
-    write(tmp_path / "clean" / "photo.png", noise(48, 48, seed=9))
-    common = dict(
-        train_dirs=(str(tmp_path / "a"), str(tmp_path / "b")),
-        val_from=(str(tmp_path / "a"),),
-        val_fraction=0.2,
-        clean_dirs=(str(tmp_path / "clean"),),
-        synthetic_length=4,
-        patch_size=16,
-        batch_size=2,
-        num_workers=0,
+    common = small_synthetic_data(
+        tmp_path, tmp_path / "a", tmp_path / "b", val_from=(str(tmp_path / "a"),), val_fraction=0.2
     )
     dm = DerainDataModule(transplant_from=(str(tmp_path / "a"),), **common)
     dm.setup("fit")
@@ -246,16 +253,7 @@ def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -
 
 def test_transplant_augmentation_options_reach_the_synthetic_set(tmp_path: Path) -> None:
     make_pairs(tmp_path / "a", ["1.png", "2.png"], ["1.png", "2.png"])
-    write(tmp_path / "clean" / "photo.png", noise(48, 48, seed=9))
-    common = dict(
-        train_dirs=(str(tmp_path / "a"),),
-        val_fraction=0.0,
-        clean_dirs=(str(tmp_path / "clean"),),
-        synthetic_length=4,
-        patch_size=16,
-        batch_size=2,
-        num_workers=0,
-    )
+    common = small_synthetic_data(tmp_path, tmp_path / "a", val_fraction=0.0)
     dm = DerainDataModule(
         transplant_gain=[0.8, 1.3],
         transplant_scale=[0.9, 1.1],
