@@ -403,6 +403,12 @@ RECIPES = [
     ["rain100h-small.yaml", "rain100h-small-stage2.yaml"],
     ["rain100h-small.yaml", "rain100h-small-augment.yaml"],
     ["rain100h-small.yaml", "rain100h-small-augment.yaml", "rain100h-small-large-patch.yaml"],
+    [
+        "rain100h-small.yaml",
+        "rain100h-small-augment.yaml",
+        "rain100h-small-large-patch.yaml",
+        "rain100h-small-rain-free.yaml",
+    ],
     ["rain100h.yaml"],
     ["synthetic.yaml"],
 ]
@@ -424,10 +430,17 @@ def test_every_recipe_parses(stages, capsys, monkeypatch):
     config = yaml.safe_load(capsys.readouterr().out)
     if "rain100h-small-augment.yaml" in stages:
         assert config["data"]["transplant_angle"] == 12.0 and config["data"]["transplant_mix"] == 0.15
+    if stages[-1] == "rain100h-small-augment.yaml":
         assert config["model"]["schedule_steps"] == 4200
     if "rain100h-small-large-patch.yaml" in stages:
         assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (256, 2)
+    if stages[-1] == "rain100h-small-large-patch.yaml":  # as run: its own cosine, from the augment stage
+        assert config["model"]["schedule_steps"] is None
         assert config["model"]["init_weights"] == "runs/rain100h-small-augment/model.safetensors"
+    if "rain100h-small-rain-free.yaml" in stages:
+        assert config["data"]["rain_free_prob"] == 0.15 and config["model"]["schedule_steps"] is None
+        assert config["model"]["init_weights"] == "runs/rain100h-small-large-patch/model.safetensors"
+        assert config["checkpoint"]["save_top_k"] == 3
 
 
 def test_load_from_checkpoint_across_an_ema_decay_change(tmp_path):
