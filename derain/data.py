@@ -371,6 +371,8 @@ class SyntheticRainDataset(Dataset):
         rotate90: let transplanted rain layers turn by 90° (see ``derain.synth.transplant``).
         layer_augment: random gain, resizing, small turns of the transplanted layers, and the chance of a
             second layer on top (``derain.synth.LayerAugment``); None: layers as they are.
+        rain_free_prob: share of items left without rain (input = target), drawn before the rain type, so
+            the network learns to leave rain-free content (its brightness included) as it is.
     """
 
     def __init__(
@@ -385,6 +387,7 @@ class SyntheticRainDataset(Dataset):
         fixed: bool = False,
         rotate90: bool = False,
         layer_augment: LayerAugment | None = None,
+        rain_free_prob: float = 0.0,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -397,6 +400,8 @@ class SyntheticRainDataset(Dataset):
             raise ValueError(f"length and patch_size must be positive, got {length} and {patch_size}")
         if not 0.0 <= transplant_prob <= 1.0:
             raise ValueError(f"transplant_prob must be in [0, 1], got {transplant_prob}")
+        if not 0.0 <= rain_free_prob <= 1.0:
+            raise ValueError(f"rain_free_prob must be in [0, 1], got {rain_free_prob}")
         self.clean_images = list(clean_images)
         self.rain_residuals = list(rain_residuals)
         self.length = length
@@ -406,6 +411,7 @@ class SyntheticRainDataset(Dataset):
         self.fixed = fixed
         self.rotate90 = rotate90
         self.layer_augment = layer_augment
+        self.rain_free_prob = rain_free_prob
         self._rng = _ProcessRng(seed)
 
     def __len__(self) -> int:
@@ -417,7 +423,10 @@ class SyntheticRainDataset(Dataset):
         rng = np.random.default_rng([self.seed, index]) if self.fixed else self._rng.get()[0]
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = _random_patch(image, self.patch_size, rng).astype(np.float32) / 255.0
-        if rng.random() < self.transplant_prob:
+        # Drawn only when used, so that without rain-free items the random stream is the same as before.
+        if self.rain_free_prob > 0 and rng.random() < self.rain_free_prob:
+            rainy = clean
+        elif rng.random() < self.transplant_prob:
             rainy = transplant_layers(
                 clean, self.rain_residuals, rng, rotate90=self.rotate90, augment=self.layer_augment
             )
@@ -464,6 +473,8 @@ class DerainDataModule(L.LightningDataModule):
         transplant_angle: transplanted layers are turned by at most this many degrees either way.
         transplant_mix: probability of adding a second transplanted layer on top (denser rain). The four
             ``transplant_*`` augmentations default to none (``derain.synth.LayerAugment``).
+        rain_free_prob: share of synthetic samples left without rain (input = target): teaches the network to
+            leave rain-free content as it is (e.g. not to darken an overcast scene). Default 0.
         rotate90: augment with 90° rotations too (they turn rain streaks horizontal, which photographed rain
             is not; off by default: flips and 180° turns only).
         val_synthetic: size of the fixed synthetic validation set (synthetic-only training).
@@ -497,6 +508,7 @@ class DerainDataModule(L.LightningDataModule):
         transplant_scale: tuple[float, float] = (1.0, 1.0),
         transplant_angle: float = 0.0,
         transplant_mix: float = 0.0,
+        rain_free_prob: float = 0.0,
         rotate90: bool = False,
         val_synthetic: int = 8,
         real_repeat: int = 1,
@@ -537,8 +549,9 @@ class DerainDataModule(L.LightningDataModule):
             raise DataError(f"exclude_list {exclude_list} does not exist; expected a text file of pair names")
         if not 0.0 <= val_fraction < 1.0:
             raise DataError(f"val_fraction must be in [0, 1), got {val_fraction}")
-        if not 0.0 <= transplant_prob <= 1.0:
-            raise DataError(f"transplant_prob must be in [0, 1], got {transplant_prob}")
+        for name, value in (("transplant_prob", transplant_prob), ("rain_free_prob", rain_free_prob)):
+            if not 0.0 <= value <= 1.0:
+                raise DataError(f"{name} must be in [0, 1], got {value}")
         try:
             layer_augment = LayerAugment(
                 gain=transplant_gain, scale=transplant_scale, angle=transplant_angle, mix=transplant_mix
@@ -570,6 +583,7 @@ class DerainDataModule(L.LightningDataModule):
         self.transplant_prob = transplant_prob
         self.transplant_from = tuple(transplant_from)
         self.layer_augment = layer_augment
+        self.rain_free_prob = rain_free_prob
         self.rotate90 = rotate90
         self.val_synthetic = val_synthetic
         self.real_repeat = real_repeat
@@ -672,8 +686,11 @@ class DerainDataModule(L.LightningDataModule):
                     seed=self.seed,
                     rotate90=self.rotate90,
                     layer_augment=self.layer_augment,
+                    rain_free_prob=self.rain_free_prob,
                 )
             )
+        elif self.rain_free_prob > 0:
+            log.warning("rain_free_prob has no effect: there are no synthetic samples (no clean photos)")
         if not parts:
             raise DataError("no training samples: the training folders hold no pairs after exclusion")
         self.train_set = parts[0] if len(parts) == 1 else ConcatDataset(parts)

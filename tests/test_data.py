@@ -251,6 +251,25 @@ def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -
     torch.testing.assert_close(item["rain"] - item["clean"], expected, atol=1e-6, rtol=0)
 
 
+def test_rain_free_items_are_left_as_they_are() -> None:
+    clean = [noise(64, 80, seed=s) for s in range(3)]
+    residual = np.full((64, 64, 3), 20, np.uint8)
+    options = dict(length=40, patch_size=32, rain_residuals=[residual], seed=3, fixed=True)
+    plain = SyntheticRainDataset(clean, **options)
+    assert all(not torch.equal(plain[i]["rain"], plain[i]["clean"]) for i in range(40))
+    assert all(
+        torch.equal(plain[i]["rain"], SyntheticRainDataset(clean, **options, rain_free_prob=0.0)[i]["rain"])
+        for i in range(5)
+    )
+    mixed = SyntheticRainDataset(clean, **options, rain_free_prob=0.5)
+    rain_free = sum(torch.equal(mixed[i]["rain"], mixed[i]["clean"]) for i in range(40))
+    assert 8 <= rain_free <= 32
+    every = SyntheticRainDataset(clean, **options, rain_free_prob=1.0)
+    assert all(torch.equal(every[i]["rain"], every[i]["clean"]) for i in range(40))
+    with pytest.raises(ValueError, match=r"rain_free_prob must be in \[0, 1\], got 1.5"):
+        SyntheticRainDataset(clean, **options, rain_free_prob=1.5)
+
+
 def test_transplant_augmentation_options_reach_the_synthetic_set(tmp_path: Path) -> None:
     make_pairs(tmp_path / "a", ["1.png", "2.png"], ["1.png", "2.png"])
     common = small_synthetic_data(tmp_path, tmp_path / "a", val_fraction=0.0)
@@ -259,9 +278,11 @@ def test_transplant_augmentation_options_reach_the_synthetic_set(tmp_path: Path)
         transplant_scale=[0.9, 1.1],
         transplant_angle=10,
         transplant_mix=0.2,
+        rain_free_prob=0.1,
         **common,
     )
     dm.setup("fit")
+    assert dm.train_set.datasets[-1].rain_free_prob == 0.1
     assert dm.train_set.datasets[-1].layer_augment == LayerAugment(
         gain=(0.8, 1.3), scale=(0.9, 1.1), angle=10.0, mix=0.2
     )
@@ -269,6 +290,8 @@ def test_transplant_augmentation_options_reach_the_synthetic_set(tmp_path: Path)
         DerainDataModule(transplant_gain=[1.3, 0.8], **common)
     with pytest.raises(DataError, match=r"transplant_mix must be a probability in \[0, 1\], got -0.1"):
         DerainDataModule(transplant_mix=-0.1, **common)
+    with pytest.raises(DataError, match=r"rain_free_prob must be in \[0, 1\], got 2"):
+        DerainDataModule(rain_free_prob=2, **common)
 
 
 # -- overlap and name lists --------------------------------------------------------------------------------
