@@ -4,7 +4,9 @@
     python -m derain.evaluate --pred results/ --clean test/norain --csv scores.csv --json
 
 PSNR/SSIM on MATLAB's BT.601 Y channel (the published tables) and on RGB, per image and averaged over images,
-through :class:`derain.metrics.DerainMetrics`. Files pair by name: the same file name, else the same stem
+through :class:`derain.metrics.DerainMetrics`, and ``bias_y``: the mean brightness error on that Y channel in
+8-bit levels (negative: darker than the clean image), which shows a model that darkens or brightens a whole
+scene, e.g. real rain photos, where PSNR only says that something is off. Files pair by name: the same file name, else the same stem
 (``x.png`` vs ``x.jpg``), else the same stem without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
 Exit status: 0 when every file paired and scored, 1 when some did not (the scores of the rest are printed),
 2 on a usage error.
@@ -27,11 +29,11 @@ from tqdm import tqdm
 
 from .inference import WeightsError, add_ensemble_argument, load_model, restore
 from .io import list_images, pair_name, read_rgb, to_tensor
-from .metrics import DerainMetrics
+from .metrics import DerainMetrics, rgb_to_y_matlab
 
 __all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summarize", "main"]
 
-METRICS = ("psnr_y", "ssim_y", "psnr", "ssim")
+METRICS = ("psnr_y", "ssim_y", "psnr", "ssim", "bias_y")
 Row = dict[str, float | str]
 """One scored image: ``name``, ``clean`` and metric columns."""
 
@@ -79,10 +81,16 @@ def pair_files(test_dir: Path, clean_dir: Path) -> Pairing:
 
 
 def score_pair(pred: np.ndarray, clean: np.ndarray) -> dict[str, float]:
-    """PSNR/SSIM (Y and RGB) of one uint8 RGB prediction against its uint8 RGB clean image."""
+    """PSNR/SSIM (Y and RGB) and ``bias_y`` of one uint8 RGB prediction against its uint8 RGB clean image.
+
+    ``bias_y``: mean of ``Y(pred) − Y(clean)`` on MATLAB's Y channel, in 8-bit levels (negative: darker).
+    """
+    pred_t, clean_t = to_tensor(pred)[None], to_tensor(clean)[None]
     metrics = DerainMetrics()
-    metrics.update(to_tensor(pred)[None], to_tensor(clean)[None])
-    return {k: float(v) for k, v in metrics.compute().items()}
+    metrics.update(pred_t, clean_t)
+    scores = {k: float(v) for k, v in metrics.compute().items()}
+    scores["bias_y"] = float((rgb_to_y_matlab(pred_t) - rgb_to_y_matlab(clean_t)).mean()) * 255.0
+    return scores
 
 
 def evaluate(

@@ -80,6 +80,7 @@ def test_scores_match_hand_computed_values(
     assert result["psnr_y"] == pytest.approx(PSNR_Y, abs=1e-3)
     assert result["ssim"] == pytest.approx(flat_ssim(100, 110), abs=SSIM_TOL)
     assert result["ssim_y"] == pytest.approx(flat_ssim(102, 110), abs=SSIM_TOL)
+    assert result["bias_y"] == pytest.approx(110 - 102)  # Y levels: brighter than the clean image
     assert result["missing_clean"] == [] and result["failed"] == 0
 
     with (tmp_path / "s.csv").open() as f:
@@ -101,7 +102,7 @@ def test_table_output_and_missing_files(
     assert status == 1  # scored what it could, but something was missing
     assert f"missing: no clean image in {clean} for lonely.png" in err
     assert "failed: size 10x10 of" in err and "differs from 32x24" in err
-    assert out.splitlines()[0].split() == ["name", "psnr_y", "ssim_y", "psnr", "ssim"]
+    assert out.splitlines()[0].split() == ["name", "psnr_y", "ssim_y", "psnr", "ssim", "bias_y"]
     mean = out.splitlines()[-2].split()
     assert mean[0] == "mean" and float(mean[3]) == pytest.approx(PSNR_RGB, abs=1e-3)
     assert out.splitlines()[-1] == "4 image(s)"
