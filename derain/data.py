@@ -357,7 +357,8 @@ class SyntheticRainDataset(Dataset):
 
     Each item takes a random clean image, a random ``patch_size``² crop with a random flip/rotation, then
     either adds a real rain layer (a residual ``clip(rainy − clean)`` from ``rain_residuals``, with probability
-    ``transplant_prob``) or procedural streaks (``derain.synth.add_rain``, light to heavy).
+    ``transplant_prob``) or procedural streaks (``derain.synth.add_rain``, light to heavy); or, with probability
+    ``rain_free_prob``, no rain at all.
 
     Args:
         clean_images: uint8 (H, W, 3) RGB photos.
@@ -444,7 +445,7 @@ class DerainDataModule(L.LightningDataModule):
     ``synthetic_length`` synthetic pairs per epoch rendered on clean photos from ``clean_dirs`` (or, with
     ``synthetic``, on photos that ship with scikit-image/gradio: no data on disk). Synthetic samples use the
     real training pairs' rain layers (transplant) with probability ``transplant_prob``, procedural streaks
-    otherwise.
+    otherwise; a share ``rain_free_prob`` of them carries no rain.
 
     Validation: ``val_dirs`` (full images); else a seeded ``val_fraction`` of the real training pairs (full
     images); else, with only synthetic data, ``val_synthetic`` fixed synthetic 256×256 crops. Test: ``root/test``

@@ -6,8 +6,9 @@
 PSNR/SSIM on MATLAB's BT.601 Y channel (the published tables) and on RGB, per image and averaged over images,
 through :class:`derain.metrics.DerainMetrics`, and ``bias_y``: the mean brightness error on that Y channel in
 8-bit levels (negative: darker than the clean image), which shows a model that darkens or brightens a whole
-scene, e.g. real rain photos, where PSNR only says that something is off. Files pair by name: the same file name, else the same stem
-(``x.png`` vs ``x.jpg``), else the same stem without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
+scene, e.g. real rain photos, where PSNR only says that something is off (its mean over images is signed:
+errors of opposite sign cancel). Files pair by name: the same file name, else the same stem (``x.png`` vs
+``x.jpg``), else the same stem without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
 Exit status: 0 when every file paired and scored, 1 when some did not (the scores of the rest are printed),
 2 on a usage error.
 """
@@ -115,7 +116,7 @@ def evaluate(
         ensemble: flips averaged per image, passed to :func:`derain.inference.restore`.
 
     Returns:
-        One row per scored image (``name``, ``clean``, the four metrics and, with ``model``, ``input_*``
+        One row per scored image (``name``, ``clean``, the ``METRICS`` columns and, with ``model``, ``input_*``
         scores of the rainy input itself), the pairing, and one message per pair that could not be scored.
     """
     pairing = pair_files(test_dir, clean_dir)
@@ -182,7 +183,8 @@ def _print_table(rows: list[Row], summary: dict[str, float | int]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m derain.evaluate",
-        description="PSNR/SSIM (MATLAB Y channel and RGB) of derained images against clean ones.",
+        description="PSNR/SSIM (MATLAB Y channel and RGB) and brightness bias (Y) of derained images "
+        "against clean ones.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--rain", type=Path, help="folder of rainy inputs: run the model on them, then score")

@@ -257,10 +257,8 @@ def test_rain_free_items_are_left_as_they_are() -> None:
     options = dict(length=40, patch_size=32, rain_residuals=[residual], seed=3, fixed=True)
     plain = SyntheticRainDataset(clean, **options)
     assert all(not torch.equal(plain[i]["rain"], plain[i]["clean"]) for i in range(40))
-    assert all(
-        torch.equal(plain[i]["rain"], SyntheticRainDataset(clean, **options, rain_free_prob=0.0)[i]["rain"])
-        for i in range(5)
-    )
+    # Without rain-free items the stream is the one from before the option existed (sums recorded then).
+    assert [int((plain[i]["rain"] * 255).round().sum()) for i in range(4)] == [568581, 445666, 389968, 393320]
     mixed = SyntheticRainDataset(clean, **options, rain_free_prob=0.5)
     rain_free = sum(torch.equal(mixed[i]["rain"], mixed[i]["clean"]) for i in range(40))
     assert 8 <= rain_free <= 32
