@@ -4,7 +4,7 @@
     python -m derain.evaluate --pred results/ --clean test/norain --csv scores.csv --json
 
 PSNR/SSIM on MATLAB's BT.601 Y channel (the published tables) and on RGB, per image and averaged over images,
-through :class:`derain.metrics.DerainMetrics`, and ``bias_y``: the mean brightness error on that Y channel in
+and ``bias_y``, all through :class:`derain.metrics.DerainMetrics`. ``bias_y`` is the mean brightness error on that Y channel in
 8-bit levels (negative: darker than the clean image), which shows a model that darkens or brightens a whole
 scene, e.g. real rain photos, where PSNR only says that something is off (its mean over images is signed:
 errors of opposite sign cancel). Files pair by name: the same file name, else the same stem (``x.png`` vs
@@ -30,11 +30,11 @@ from tqdm import tqdm
 
 from .inference import WeightsError, add_ensemble_argument, load_model, restore
 from .io import list_images, pair_name, read_rgb, to_tensor
-from .metrics import DerainMetrics, rgb_to_y_matlab
+from .metrics import DerainMetrics
 
 __all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summarize", "main"]
 
-METRICS = ("psnr_y", "ssim_y", "psnr", "ssim", "bias_y")
+METRICS = DerainMetrics.NAMES
 Row = dict[str, float | str]
 """One scored image: ``name``, ``clean`` and metric columns."""
 
@@ -89,9 +89,7 @@ def score_pair(pred: np.ndarray, clean: np.ndarray) -> dict[str, float]:
     pred_t, clean_t = to_tensor(pred)[None], to_tensor(clean)[None]
     metrics = DerainMetrics()
     metrics.update(pred_t, clean_t)
-    scores = {k: float(v) for k, v in metrics.compute().items()}
-    scores["bias_y"] = float((rgb_to_y_matlab(pred_t) - rgb_to_y_matlab(clean_t)).mean()) * 255.0
-    return scores
+    return {k: float(v) for k, v in metrics.compute().items()}
 
 
 def evaluate(

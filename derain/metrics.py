@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
 __all__ = ["rgb_to_y_matlab", "quantize_8bit", "DerainMetrics"]
@@ -50,14 +51,18 @@ def rgb_to_y_matlab(img: Tensor, *, round_8bit: bool = True) -> Tensor:
 
 
 class DerainMetrics(nn.Module):
-    """Running PSNR/SSIM on the MATLAB Y channel and on RGB, over 8-bit-quantized predictions.
+    """Running PSNR/SSIM on the MATLAB Y channel and on RGB, and the brightness bias, over 8-bit predictions.
 
     PSNR and SSIM are computed per image and averaged over images (as the published tables do); SSIM uses an
-    11×11 Gaussian window with σ = 1.5. ``compute()`` returns ``{"psnr_y", "ssim_y", "psnr", "ssim"}``.
+    11×11 Gaussian window with σ = 1.5. ``bias_y`` is the mean of ``Y(pred) − Y(target)`` in 8-bit levels, per
+    image and then averaged over images (negative: darker than the target; signed, so opposite errors of two
+    images cancel). ``compute()`` returns ``{"psnr_y", "ssim_y", "psnr", "ssim", "bias_y"}``.
 
     Shape:
         - pred, target: :math:`(B, 3, H, W)`, values in [0, 1] (pred is clamped and quantized here)
     """
+
+    NAMES = ("psnr_y", "ssim_y", "psnr", "ssim", "bias_y")
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,6 +76,7 @@ class DerainMetrics(nn.Module):
             )
 
         self.psnr_y, self.ssim_y, self.psnr, self.ssim = psnr(), ssim(), psnr(), ssim()
+        self.bias_y = MeanMetric()
 
     @torch.no_grad()
     def update(self, pred: Tensor, target: Tensor) -> None:
@@ -83,10 +89,11 @@ class DerainMetrics(nn.Module):
         self.ssim_y.update(pred_y, target_y)
         self.psnr.update(pred, target)
         self.ssim.update(pred, target)
+        self.bias_y.update((pred_y - target_y).mean(dim=(1, 2, 3)) * 255.0)
 
     def compute(self) -> dict[str, Tensor]:
-        return {name: getattr(self, name).compute() for name in ("psnr_y", "ssim_y", "psnr", "ssim")}
+        return {name: getattr(self, name).compute() for name in self.NAMES}
 
     def reset(self) -> None:
-        for name in ("psnr_y", "ssim_y", "psnr", "ssim"):
+        for name in self.NAMES:
             getattr(self, name).reset()

@@ -49,6 +49,21 @@ def test_known_offset_gives_known_psnr():
     out = m.compute()
     assert out["psnr"].item() == pytest.approx(20 * math.log10(255 / 10), abs=1e-3)
     assert out["psnr_y"].item() == pytest.approx(20 * math.log10(255 / 8), abs=1e-3)
+    assert out["bias_y"].item() == pytest.approx(-8.0)  # Y levels 102 - 110: darker than the target
+
+
+def test_bias_is_a_signed_mean_over_images():
+    target = torch.full((2, 3, 8, 8), 102 / 255)  # Y of grey L is round(16 + 219 L / 255): 104
+    pred = target.clone()
+    pred[0, :, :4] = 122 / 255  # half of the first image brighter: Y 121, +17 there
+    pred[1] = 97 / 255  # all of the second darker: Y 99, -5
+    m = DerainMetrics()
+    m.update(pred[:1], target[:1])
+    m.update(pred[1:], target[1:])
+    assert m.compute()["bias_y"].item() == pytest.approx((17 / 2 - 5) / 2)
+    m.reset()
+    m.update(target, target)
+    assert m.compute()["bias_y"].item() == 0.0
 
 
 def test_psnr_is_a_mean_over_images_and_predictions_are_quantized():
