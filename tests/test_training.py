@@ -409,6 +409,20 @@ RECIPES = [
         "rain100h-small-large-patch.yaml",
         "rain100h-small-rain-free.yaml",
     ],
+    [
+        "rain100h-small.yaml",
+        "rain100h-small-augment.yaml",
+        "rain100h-small-large-patch.yaml",
+        "rain100h-small-rain-free.yaml",
+        "rain100h-small-crop320.yaml",
+    ],
+    [
+        "rain100h-small.yaml",
+        "rain100h-small-augment.yaml",
+        "rain100h-small-large-patch.yaml",
+        "rain100h-small-rain-free.yaml",
+        "rain100h-small-gpu.yaml",
+    ],
     ["rain100h.yaml"],
     ["synthetic.yaml"],
 ]
@@ -432,15 +446,23 @@ def test_every_recipe_parses(stages, capsys, monkeypatch):
         assert config["data"]["transplant_angle"] == 12.0 and config["data"]["transplant_mix"] == 0.15
     if stages[-1] == "rain100h-small-augment.yaml":
         assert config["model"]["schedule_steps"] == 4200
-    if "rain100h-small-large-patch.yaml" in stages:
+    if stages[-1] in ("rain100h-small-large-patch.yaml", "rain100h-small-rain-free.yaml"):
         assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (256, 2)
     if stages[-1] == "rain100h-small-large-patch.yaml":  # as run: its own cosine, from the augment stage
         assert config["model"]["schedule_steps"] is None
         assert config["model"]["init_weights"] == "runs/rain100h-small-augment/model.safetensors"
     if "rain100h-small-rain-free.yaml" in stages:
         assert config["data"]["rain_free_prob"] == 0.15 and config["model"]["schedule_steps"] is None
-        assert config["model"]["init_weights"] == "runs/rain100h-small-large-patch/model.safetensors"
         assert config["checkpoint"]["save_top_k"] == 3
+    if stages[-1] == "rain100h-small-rain-free.yaml":
+        assert config["model"]["init_weights"] == "runs/rain100h-small-large-patch/model.safetensors"
+    if stages[-1] == "rain100h-small-crop320.yaml":
+        assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (320, 2)
+        assert config["model"]["init_weights"] == "runs/rain100h-small-rain-free/model.safetensors"
+        assert config["trainer"]["default_root_dir"] == "runs/rain100h-small-crop320"
+    if stages[-1] == "rain100h-small-gpu.yaml":  # prepared for a lent GPU: shipped weights, no runs/ needed
+        assert config["model"]["init_weights"] == "packaged" and config["data"]["rain_free_prob"] == 0.15
+        assert (config["trainer"]["accelerator"], config["data"]["batch_size"]) == ("gpu", 16)
 
 
 def test_load_from_checkpoint_across_an_ema_decay_change(tmp_path):
