@@ -4,11 +4,11 @@
     python -m derain.evaluate --pred results/ --clean test/norain --csv scores.csv --json
 
 PSNR/SSIM on MATLAB's BT.601 Y channel (the published tables) and on RGB, per image and averaged over images,
-and ``bias_y``, all through :class:`derain.metrics.DerainMetrics`. ``bias_y`` is the mean brightness error on that Y channel in
-8-bit levels (negative: darker than the clean image), which shows a model that darkens or brightens a whole
-scene, e.g. real rain photos, where PSNR only says that something is off (its mean over images is signed:
-errors of opposite sign cancel). Files pair by name: the same file name, else the same stem (``x.png`` vs
-``x.jpg``), else the same stem without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
+and ``bias_y``, all through :class:`derain.metrics.DerainMetrics`. ``bias_y`` is the mean brightness error on
+that Y channel in 8-bit levels (negative: darker than the clean image), which shows a model that darkens or
+brightens a whole scene, e.g. real rain photos, where PSNR only says that something is off (its mean over images
+is signed: errors of opposite sign cancel). Files pair by name: the same file name, else the same stem
+(``x.png`` vs ``x.jpg``), else the same stem without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
 Exit status: 0 when every file paired and scored, 1 when some did not (the scores of the rest are printed),
 2 on a usage error.
 """

@@ -68,7 +68,8 @@ class DerainLitModule(L.LightningModule):
 
     The network is passed in (``net``) and knows nothing of Lightning. One step function serves train, val and
     test; each stage owns its metrics (PSNR/SSIM on MATLAB Y and RGB, 8-bit quantized, and the Y brightness
-    bias), logged as ``val/psnr_y``, ``val/ssim_y``, ``val/psnr``, ``val/ssim``, ``val/bias_y`` (and ``test/...``).
+    bias), logged as ``val/psnr_y``, ``val/ssim_y``, ``val/psnr``, ``val/ssim``, ``val/bias_y`` (and
+    ``test/...``).
 
     Args:
         net: maps a rainy batch (B, 3, H, W) in [0, 1] to the derained batch (unclamped).
