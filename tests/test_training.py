@@ -398,31 +398,18 @@ def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, c
     assert torch.load(last, weights_only=True)["global_step"] == 12
 
 
+# The shipped weights' stages, each layered over the ones before it.
+SHIPPED = [
+    "rain100h-small.yaml",
+    "rain100h-small-augment.yaml",
+    "rain100h-small-large-patch.yaml",
+    "rain100h-small-rain-free.yaml",
+]
 RECIPES = [
-    ["rain100h-small.yaml"],
+    *(SHIPPED[:n] for n in range(1, len(SHIPPED) + 1)),
     ["rain100h-small.yaml", "rain100h-small-stage2.yaml"],
-    ["rain100h-small.yaml", "rain100h-small-augment.yaml"],
-    ["rain100h-small.yaml", "rain100h-small-augment.yaml", "rain100h-small-large-patch.yaml"],
-    [
-        "rain100h-small.yaml",
-        "rain100h-small-augment.yaml",
-        "rain100h-small-large-patch.yaml",
-        "rain100h-small-rain-free.yaml",
-    ],
-    [
-        "rain100h-small.yaml",
-        "rain100h-small-augment.yaml",
-        "rain100h-small-large-patch.yaml",
-        "rain100h-small-rain-free.yaml",
-        "rain100h-small-crop320.yaml",
-    ],
-    [
-        "rain100h-small.yaml",
-        "rain100h-small-augment.yaml",
-        "rain100h-small-large-patch.yaml",
-        "rain100h-small-rain-free.yaml",
-        "rain100h-small-gpu.yaml",
-    ],
+    [*SHIPPED, "rain100h-small-crop320.yaml"],
+    [*SHIPPED, "rain100h-small-gpu.yaml"],
     ["rain100h.yaml"],
     ["synthetic.yaml"],
 ]
