@@ -2,8 +2,10 @@
 
     python -m derain.export runs/synthetic/checkpoints/best.ckpt model.safetensors
 
-The file holds the network's state dict as tensors and, in its metadata, ``format = derain-net-v1`` and
-``config = <JSON of DerainNet's constructor arguments>``.
+The file holds the network's state dict as tensors and, in its metadata, ``format = derain-net-v2`` and
+``net = {"class_path": ..., "init_args": {...}}`` (JSON), the network's record as LightningCLI writes it:
+``derain.load_model`` builds whatever class it names. Files of the older ``derain-net-v1`` format (a ``config``
+of ``DerainNet`` arguments) still load.
 """
 
 from __future__ import annotations
@@ -20,23 +22,42 @@ from safetensors.torch import save_file
 from torch import nn
 
 from .io import default_file_mode
+from .models import network_record
 
-__all__ = ["FORMAT", "export_checkpoint", "save_net", "read_checkpoint_net"]
+__all__ = [
+    "FORMAT",
+    "CHECKPOINT_KEY",
+    "export_checkpoint",
+    "save_net",
+    "read_checkpoint_net",
+    "legacy_record",
+]
 
-FORMAT = "derain-net-v1"
+FORMAT = "derain-net-v2"
+"""The ``format`` entry of a weights file's metadata."""
+
+CHECKPOINT_KEY = "derain_net"
+"""Where a ``DerainLitModule`` checkpoint keeps the network's record."""
+
+
+def legacy_record(config: dict) -> dict:
+    """The record of a ``derain-net-v1`` file or checkpoint, whose ``config`` held ``DerainNet`` arguments."""
+    return {"class_path": "derain.models.DerainNet", "init_args": config}
 
 
 def save_net(net: nn.Module, path: str | os.PathLike, *, extra: dict[str, str] | None = None) -> Path:
-    """Write ``net``'s weights and ``net.config`` to ``path`` (safetensors), atomically."""
-    config = getattr(net, "config", None)
-    if config is None:
-        raise ValueError(f"{type(net).__name__} has no .config; only DerainNet-like networks can be exported")
+    """Write ``net``'s weights and its record (``network_record``) to ``path`` (safetensors), atomically."""
+    try:
+        record = network_record(net)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
     tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-    return _write(tensors, config, path, extra)
+    return _write(tensors, record, path, extra)
 
 
 def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
-    """The network state dict and config from a Lightning checkpoint (safe loader).
+    """The network state dict and record (``class_path``, ``init_args``) from a Lightning checkpoint (safe
+    loader).
 
     The moving average of the weights (``ema.*``, when trained with ``ema_decay``) is preferred: it is what the
     run validated; otherwise the ``net.*`` weights. The prefix is removed.
@@ -52,26 +73,30 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
         ) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise ValueError(f"{ckpt_path} is not a Lightning checkpoint (no 'state_dict')")
-    config = ckpt.get("derain_net_config")
-    if config is None:
-        raise ValueError(f"{ckpt_path} has no 'derain_net_config': it was not written by DerainLitModule")
+    record = ckpt.get(CHECKPOINT_KEY)
+    if record is None and "derain_net_config" in ckpt:  # written before the record (derain-net-v1)
+        record = legacy_record(ckpt["derain_net_config"])
+    if record is None:
+        raise ValueError(
+            f"{ckpt_path} has no {CHECKPOINT_KEY!r} record: it was not written by DerainLitModule"
+        )
     prefix = "ema." if any(k.startswith("ema.") for k in ckpt["state_dict"]) else "net."
     state = {k.removeprefix(prefix): v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
-    return state, config
+    return state, record
 
 
 def export_checkpoint(ckpt_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
     """Convert a Lightning checkpoint of `DerainLitModule` into a safetensors weights file."""
-    state, config = read_checkpoint_net(ckpt_path)
-    return _write(state, config, out_path, {"source": Path(ckpt_path).name})
+    state, record = read_checkpoint_net(ckpt_path)
+    return _write(state, record, out_path, {"source": Path(ckpt_path).name})
 
 
 def _write(
-    tensors: dict[str, torch.Tensor], config: dict, path: str | os.PathLike, extra: dict | None
+    tensors: dict[str, torch.Tensor], record: dict, path: str | os.PathLike, extra: dict | None
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    metadata = {"format": FORMAT, "config": json.dumps(config), **(extra or {})}
+    metadata = {"format": FORMAT, "net": json.dumps(record), **(extra or {})}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:

@@ -39,15 +39,17 @@ def test_default_network_state_dict_is_unchanged():
     net = DerainNet()
     lines = "\n".join(f"{k}:{tuple(v.shape)}" for k, v in sorted(net.state_dict().items()))
     assert hashlib.sha256(lines.encode()).hexdigest() == DEFAULT_STATE_DICT_SHA256
-    assert net.config["agent_source"] == "pool" and net.config["agent_bias"] and net.config["agent_dwc"]
-    assert net.config["ratio_weighting"] == "raw" and not net.config["grad_checkpoint"]
+    assert (
+        net.init_args["agent_source"] == "pool" and net.init_args["agent_bias"] and net.init_args["agent_dwc"]
+    )
+    assert net.init_args["ratio_weighting"] == "raw" and not net.init_args["grad_checkpoint"]
 
 
 def test_old_configs_without_the_new_keys_still_build():
-    old = dict(DerainNet().config)
+    old = dict(DerainNet().init_args)
     for key in ("ratio_weighting", "agent_source", "agent_bias", "agent_dwc", "grad_checkpoint"):
         old.pop(key)
-    assert DerainNet(**old).config == DerainNet().config
+    assert DerainNet(**old).init_args == DerainNet().init_args
 
 
 def test_agent_bias_off_leaves_no_bias_parameters():
@@ -58,7 +60,7 @@ def test_agent_bias_off_leaves_no_bias_parameters():
     grads_finite(attn, torch.randn(1, 16, 13, 11, requires_grad=True))
     net = tiny(agent_bias=False)
     assert not any("_bias" in n for n, _ in net.named_parameters())
-    assert DerainNet(**net.config).config["agent_bias"] is False
+    assert DerainNet(**net.init_args).init_args["agent_bias"] is False
 
 
 def test_agent_dwc_off_removes_the_conv_and_changes_the_output():
@@ -131,7 +133,7 @@ def test_agents_per_level():
         "decoders.1.1.attn": 9,
         "refine.0.attn": 4,
     }
-    assert net.config["agents"] == [4, 9, 16]
+    assert net.init_args["agents"] == [4, 9, 16]
     grads_finite(net, torch.rand(1, 3, 21, 30, requires_grad=True))
     with pytest.raises(ValueError, match="one count per level"):
         tiny(agents=(4, 9))

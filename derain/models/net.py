@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +10,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import DEFAULT_RATIOS, AgentAttention, ChannelAttention, TopKSparseAttention
+from .record import Recorded
 
 __all__ = ["DerainNet", "TransformerBlock", "LayerNorm2d", "GatedFeedForward", "MIXERS"]
 
@@ -57,30 +57,6 @@ class GatedFeedForward(nn.Module):
         return self.project_out(F.gelu(a) * b)
 
 
-def make_mixer(
-    kind: str,
-    dim: int,
-    heads: int,
-    *,
-    ratios: Sequence[float] = DEFAULT_RATIOS,
-    ratio_weighting: Literal["raw", "softmax"] = "raw",
-    agents: int = 49,
-    agent_source: Literal["pool", "learned"] = "pool",
-    agent_bias: bool = True,
-    agent_dwc: bool = True,
-) -> nn.Module:
-    """The token mixer named ``kind`` (one of ``MIXERS``); options of the other mixers are ignored."""
-    if kind == "tksa":
-        return TopKSparseAttention(dim, heads, ratios=ratios, ratio_weighting=ratio_weighting)
-    if kind == "agent":
-        return AgentAttention(
-            dim, heads, agents=agents, agent_source=agent_source, agent_bias=agent_bias, dwc=agent_dwc
-        )
-    if kind == "channel":
-        return ChannelAttention(dim, heads)
-    raise ValueError(f"unknown mixer {kind!r}; expected one of {MIXERS}")
-
-
 class TransformerBlock(nn.Module):
     """``x + mixer(norm(x))``, then ``x + ffn(norm(x))``.
 
@@ -89,20 +65,18 @@ class TransformerBlock(nn.Module):
 
     Args:
         dim: channels C.
-        heads: attention heads.
-        mixer: ``"tksa"``, ``"agent"`` or ``"channel"``.
+        mixer: the token mixer, e.g. ``TopKSparseAttention(dim, heads)`` (``DerainNet`` builds it).
         expansion: feed-forward hidden width, as a multiple of ``dim``.
-        **mixer_options: passed to ``make_mixer`` (``ratios``, ``agents``, ``agent_bias``, ...).
 
     Shape:
         - input: :math:`(B, C, H, W)`
         - output: :math:`(B, C, H, W)`
     """
 
-    def __init__(self, dim: int, heads: int, mixer: str, *, expansion: float = 2.0, **mixer_options: Any):
+    def __init__(self, dim: int, mixer: nn.Module, *, expansion: float = 2.0):
         super().__init__()
         self.norm1 = LayerNorm2d(dim)
-        self.attn = make_mixer(mixer, dim, heads, **mixer_options)
+        self.attn = mixer
         self.norm2 = LayerNorm2d(dim)
         self.ffn = GatedFeedForward(dim, expansion)
         self.grad_checkpoint = False
@@ -117,7 +91,7 @@ class TransformerBlock(nn.Module):
         return self._forward(x)
 
 
-class DerainNet(nn.Module):
+class DerainNet(Recorded, nn.Module):
     """Residual deraining U-Net built from TKSA and agent-attention transformer blocks.
 
     Level ``i`` works at 1/(embed_stride·2^i) resolution with ``dim·2^i`` channels; the last level is the bottleneck. Encoder
@@ -148,6 +122,9 @@ class DerainNet(nn.Module):
             1 is Restormer's full-resolution layout; 2 (default) is about 4× cheaper on a CPU.
         grad_checkpoint: recompute each transformer block's activations in the backward pass instead of
             storing them (less memory, ~30% more compute); only in training mode with gradients enabled.
+
+    The constructor's arguments are recorded as ``net.init_args`` (``derain.models.Recorded``): with the class
+    path they are the network's one description, which weights files carry and ``load_model`` builds from.
 
     Shape:
         - input: :math:`(B, C_{in}, H, W)`, values in [0, 1]
@@ -194,42 +171,28 @@ class DerainNet(nn.Module):
         level_agents = (agents,) * levels if isinstance(agents, int) else tuple(agents)
         if len(level_agents) != levels:
             raise ValueError(f"agents needs one count per level ({levels}) or a single int; got {agents}")
-        self.config = {
-            "in_channels": in_channels,
-            "dim": dim,
-            "blocks": list(blocks),
-            "heads": list(heads),
-            "mixers": [list(m) for m in mixers],
-            "topk_ratios": list(topk_ratios),
-            "ratio_weighting": ratio_weighting,
-            "agents": agents if isinstance(agents, int) else list(agents),
-            "agent_source": agent_source,
-            "agent_bias": agent_bias,
-            "agent_dwc": agent_dwc,
-            "ffn_expansion": ffn_expansion,
-            "refine_blocks": refine_blocks,
-            "embed_stride": embed_stride,
-            "grad_checkpoint": grad_checkpoint,
-        }
-        """The constructor arguments, JSON-serialisable: ``DerainNet(**net.config)`` rebuilds the network."""
         if embed_stride not in (1, 2, 4):
             raise ValueError(f"embed_stride should be 1, 2 or 4, got {embed_stride}")
         self.multiple = embed_stride * 2 ** (levels - 1)
         widths = [dim * 2**i for i in range(levels)]
 
+        def mixer(level: int, kind: str) -> nn.Module:
+            c, h = widths[level], heads[level]
+            if kind == "tksa":
+                return TopKSparseAttention(c, h, ratios=topk_ratios, ratio_weighting=ratio_weighting)
+            if kind == "agent":
+                return AgentAttention(
+                    c,
+                    h,
+                    agents=level_agents[level],
+                    agent_source=agent_source,
+                    agent_bias=agent_bias,
+                    dwc=agent_dwc,
+                )
+            return ChannelAttention(c, h)
+
         def block(level: int, kind: str) -> TransformerBlock:
-            return TransformerBlock(
-                widths[level],
-                heads[level],
-                kind,
-                expansion=ffn_expansion,
-                ratios=topk_ratios,
-                ratio_weighting=ratio_weighting,
-                agents=level_agents[level],
-                agent_source=agent_source,
-                agent_bias=agent_bias,
-                agent_dwc=agent_dwc,
-            )
+            return TransformerBlock(widths[level], mixer(level, kind), expansion=ffn_expansion)
 
         def stage(level: int) -> nn.Sequential:
             return nn.Sequential(*(block(level, kind) for kind in mixers[level]))
