@@ -2,6 +2,8 @@
 
 Upload a rainy photo (or click an example), press *Derain*, compare before/after with the slider and download
 the full-resolution PNG. Large photos are tiled; photos over ``--max-megapixels`` are refused with a message.
+Requests wait in a queue (``--concurrency`` photos derained at once); when ``--max-queue`` requests are already
+waiting, a new one is turned away with Gradio's "queue is full, try again" message instead of piling up.
 The click is also an API endpoint: ``gradio_client.Client(url).predict(handle_file(path), api_name="/derain")``.
 """
 
@@ -28,11 +30,12 @@ from derain.inference import (
     load_model,
     restore,
 )
-from derain.io import write_image_atomic
+from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
 from derain.models import DerainNet
 
 EXAMPLES_DIR = Path(__file__).resolve().parent / "datasets" / "examples"
 MAX_MEGAPIXELS = 40.0
+MAX_QUEUE = 32  # requests allowed to wait; more are turned away with "queue is full, try again"
 DISPLAY_SIDE = 2048  # the slider shows a preview at most this long; the download keeps full resolution
 KEEP_OUTPUTS_S = 3600  # result PNGs older than this are removed from the app's temporary folder
 UNTRAINED_WARNING = (
@@ -44,11 +47,7 @@ __all__ = ["build_app", "main"]
 
 def _preview(image: np.ndarray) -> np.ndarray:
     """Any array ``restore`` handles -> 8-bit RGB no longer than ``DISPLAY_SIDE`` pixels, for the slider."""
-    if image.dtype == np.uint16:
-        image = np.rint(image / 257.0).astype(np.uint8)
-    if image.ndim == 2 or image.shape[2] == 1:
-        image = np.repeat(image.reshape(*image.shape[:2], 1), 3, axis=2)
-    image = image[:, :, :3]
+    image = to_rgb8(image)
     scale = DISPLAY_SIDE / max(image.shape[:2])
     if scale < 1:
         size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
@@ -57,12 +56,21 @@ def _preview(image: np.ndarray) -> np.ndarray:
 
 
 def _pixel_count(path: Path) -> int | None:
-    """Pixels of the image at ``path`` read from its header alone (``None`` when PIL cannot tell)."""
+    """Pixels of the image at ``path`` read from its header alone; ``None`` when PIL cannot tell.
+
+    Raises:
+        gr.Error: the header is over PIL's decompression-bomb limit: refused before anything is decoded.
+    """
     try:
-        with Image.open(path) as im:
-            return im.width * im.height
-    except Exception:  # unknown to PIL, or PIL's own decompression-bomb guard: let load_image decide
-        return None
+        h, w = image_size(path)
+    except ImageReadError as err:
+        if isinstance(err.__cause__, Image.DecompressionBombError):
+            raise gr.Error(
+                f"This photo has over {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.3g} megapixels, more than "
+                "this page decodes."
+            ) from None
+        return None  # a format PIL does not know: load_image decides
+    return h * w
 
 
 def _prune(folder: Path, max_age_s: float) -> None:
@@ -82,6 +90,7 @@ def build_app(
     overlap: int = 32,
     max_megapixels: float = MAX_MEGAPIXELS,
     concurrency: int = 1,
+    max_queue: int = MAX_QUEUE,
     warning: str | None = None,
     ensemble: int = 1,
 ) -> gr.Blocks:
@@ -93,6 +102,9 @@ def build_app(
         overlap: tile overlap in pixels.
         max_megapixels: photos with more pixels than this are refused with a message.
         concurrency: how many photos are derained at once (1 suits a CPU; more can help on a GPU).
+        max_queue: how many requests may wait for their turn; further ones get Gradio's "queue is full"
+            message at once (``gradio_client`` raises ``QueueError``). With ``max_megapixels`` and
+            ``concurrency`` it bounds the server's memory: only ``concurrency`` photos are decoded at a time.
         warning: Markdown shown at the top of the page (e.g. that the weights are untrained).
         ensemble: average over this many upright flips per photo (1, 2 or 4; see ``restore``), that many
             times slower.
@@ -101,6 +113,8 @@ def build_app(
         The ``gr.Blocks`` app; its click event is exposed to API clients as ``/derain``.
     """
     ensemble_flips(ensemble)  # refuse a bad value at start-up, not at the first photo
+    if max_queue < 1 or concurrency < 1:
+        raise ValueError(f"max_queue and concurrency should be >= 1, got {max_queue} and {concurrency}")
     out_root = Path(tempfile.mkdtemp(prefix="derain-app-"))
     max_pixels = int(max_megapixels * 1e6)
 
@@ -168,7 +182,7 @@ def build_app(
         button.click(
             derain, inputs=[photo], outputs=[slider, download, status], api_name="derain", preprocess=False
         )
-    return demo.queue(default_concurrency_limit=concurrency)
+    return demo.queue(default_concurrency_limit=concurrency, max_size=max_queue)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_ensemble_argument(parser, "photo")
     parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
     parser.add_argument("--concurrency", type=int, default=1, help="photos derained at once (default 1)")
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=MAX_QUEUE,
+        help=f"requests allowed to wait; more are told the queue is full (default {MAX_QUEUE})",
+    )
     return parser
 
 
@@ -215,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         tile=args.tile,
         max_megapixels=args.max_megapixels,
         concurrency=args.concurrency,
+        max_queue=args.max_queue,
         warning=warning,
         ensemble=args.ensemble,
     )

@@ -13,22 +13,19 @@ Example:
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
-from PIL import Image
 from torch import nn
 
-from .export import FORMAT, read_checkpoint_net
-from .io import ImageReadError
-from .models import DerainNet
+from .export import FORMAT, legacy_record, read_checkpoint_net
+from .io import read_image
+from .models import build_network
 
 __all__ = [
     "DEFAULT_TILE",
@@ -50,7 +47,7 @@ __all__ = [
 ]
 
 WEIGHTS_FORMAT = FORMAT
-"""The ``format`` entry of a weights file's safetensors metadata (``derain-net-v1``)."""
+"""The ``format`` entry of a weights file's safetensors metadata (``derain-net-v2``)."""
 
 PACKAGED_WEIGHTS = "derain-small.safetensors"
 """File name of the weights that ship inside the package, under ``derain/weights/``."""
@@ -63,7 +60,7 @@ MAX_PIXELS_UNTILED = 1024 * 1024
 
 
 class WeightsError(ValueError):
-    """A weights file that is missing, unreadable, or not a ``DerainNet`` checkpoint."""
+    """A weights file that is missing, unreadable, or not a derain network (record + weights)."""
 
 
 class WeightsNotFoundError(WeightsError, FileNotFoundError):
@@ -92,22 +89,21 @@ def packaged_weights() -> Path:
     return path
 
 
-def _net_from(config: object, state: dict[str, torch.Tensor], path: Path) -> DerainNet:
-    if not isinstance(config, dict):
-        raise WeightsError(f"{path}: the network config should be a dict, got {type(config).__name__}")
+def _build(record: object, state: dict[str, torch.Tensor], path: Path) -> nn.Module:
+    """The network a file's record describes, with the file's weights."""
     try:
-        net = DerainNet(**config)
-    except (TypeError, ValueError) as err:
-        raise WeightsError(f"{path}: cannot build DerainNet from the stored config: {err}") from None
+        net = build_network(record)
+    except ValueError as err:
+        raise WeightsError(f"{path}: {err}") from None
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0:2]
-        raise WeightsError(f"{path}: the weights do not fit the stored config: {' '.join(first)}") from None
+        raise WeightsError(f"{path}: the weights do not fit the stored network: {' '.join(first)}") from None
     return net
 
 
-def _load_safetensors(path: Path) -> DerainNet:
+def _load_safetensors(path: Path) -> nn.Module:
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -116,37 +112,40 @@ def _load_safetensors(path: Path) -> DerainNet:
             state = {key: f.get_tensor(key) for key in f.keys()}
     except (SafetensorError, OSError, ValueError) as err:
         raise WeightsError(f"{path}: not a readable safetensors file ({err})") from None
-    if meta.get("format") != WEIGHTS_FORMAT:
+    fmt = meta.get("format")
+    key = {WEIGHTS_FORMAT: "net", "derain-net-v1": "config"}.get(str(fmt))
+    if key is None:
         raise WeightsError(
-            f"{path}: metadata 'format' is {meta.get('format')!r}, expected {WEIGHTS_FORMAT!r} "
-            "(write weights with derain.export)"
+            f"{path}: metadata 'format' is {fmt!r}, expected {WEIGHTS_FORMAT!r} (write weights with derain.export)"
         )
     try:
-        config = json.loads(meta["config"])
+        record = json.loads(meta[key])
     except (KeyError, json.JSONDecodeError) as err:
-        raise WeightsError(f"{path}: metadata 'config' is missing or not JSON ({err})") from None
-    return _net_from(config, state, path)
+        raise WeightsError(f"{path}: metadata {key!r} is missing or not JSON ({err})") from None
+    if key == "config":
+        record = legacy_record(record)
+    return _build(record, state, path)
 
 
-def _load_lightning(path: Path) -> DerainNet:
+def _load_lightning(path: Path) -> nn.Module:
     try:
-        state, config = read_checkpoint_net(path)
+        state, record = read_checkpoint_net(path)
     except ValueError as err:
         raise WeightsError(str(err).splitlines()[0]) from None
     if not state:
         raise WeightsError(f"{path}: the checkpoint's state_dict has no 'net.*' entries")
-    return _net_from(config, state, path)
+    return _build(record, state, path)
 
 
 def load_model(
     weights: str | os.PathLike | None = None, device: str | torch.device | None = None
-) -> DerainNet:
-    """Build a ``DerainNet`` from a weights file, in eval mode.
+) -> nn.Module:
+    """Build the network a weights file records (``class_path`` + ``init_args``) with its weights, in eval mode.
 
     Args:
         weights: a ``.safetensors`` file written by ``derain.export`` (metadata ``format`` =
-            ``derain-net-v1`` and the network ``config`` as JSON), or a Lightning ``.ckpt`` from
-            ``DerainLitModule``. ``None`` loads the weights that ship in the package
+            ``derain-net-v2`` and the network record ``net`` as JSON; ``derain-net-v1`` files load too), or a
+            Lightning ``.ckpt`` from ``DerainLitModule``. ``None`` loads the weights that ship in the package
             (``derain/weights/derain-small.safetensors``).
         device: where to put the model; ``None`` picks ``cuda`` when available, else ``cpu``.
 
@@ -155,7 +154,7 @@ def load_model(
 
     Raises:
         WeightsNotFoundError: the file does not exist, or ``weights=None`` and no trained weights ship yet.
-        WeightsError: the file is not a readable ``DerainNet`` weights file (the message names it).
+        WeightsError: the file is not a readable derain weights file (the message names it).
     """
     path = packaged_weights() if weights is None else Path(weights)
     if not path.is_file():
@@ -173,67 +172,11 @@ def load_model(
 
 # ---------------------------------------------------------------------------------------------- image loading
 
-# EXIF orientation tag (0x0112) -> how to turn the stored pixels upright (as PIL's ImageOps.exif_transpose).
-_ORIENT = {
-    2: lambda a: a[:, ::-1],
-    3: lambda a: a[::-1, ::-1],
-    4: lambda a: a[::-1],
-    5: lambda a: a.swapaxes(0, 1),
-    6: lambda a: np.rot90(a, k=-1),
-    7: lambda a: a[::-1, ::-1].swapaxes(0, 1),
-    8: lambda a: np.rot90(a, k=1),
-}
+load_image = read_image
+"""The package's one image reader, :func:`derain.io.read_image`: gray, RGB or RGBA, 8 or 16 bit, EXIF-upright.
 
-
-def _exif_orientation(data: bytes) -> int:
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return int(im.getexif().get(0x0112, 1))
-    except Exception:  # no EXIF reader for this format, or a broken EXIF block: leave the pixels as stored
-        return 1
-
-
-def load_image(path: str | os.PathLike) -> np.ndarray:
-    """Read an image file as stored (gray, RGB or RGBA; 8 or 16 bit), turned upright by its EXIF orientation.
-
-    Unlike ``derain.io.read_rgb`` this keeps what ``restore`` can give back: the alpha channel, 16-bit depth
-    and single-channel grayscale.
-
-    Args:
-        path: an image file (anything OpenCV decodes: PNG, JPEG, TIFF, WebP, BMP, ...).
-
-    Returns:
-        ``uint8`` or ``uint16`` array, (H, W) for grayscale, (H, W, 3) RGB or (H, W, 4) RGBA.
-
-    Raises:
-        ImageReadError: naming ``path`` when it is missing, empty, not decodable, or of an unsupported depth.
-    """
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise ImageReadError(f"cannot read image {path}: {err.strerror or err}") from None
-    if not data:
-        raise ImageReadError(f"cannot read image {path}: the file is empty")
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)  # keeps depth/alpha, ignores EXIF
-    if img is None:
-        raise ImageReadError(
-            f"cannot read image {path}: not a decodable image (corrupt or unsupported format)"
-        )
-    if img.dtype not in (np.uint8, np.uint16):
-        raise ImageReadError(f"cannot read image {path}: {img.dtype} pixels; expected 8- or 16-bit integers")
-    if img.ndim == 3 and img.shape[2] == 1:
-        img = img[:, :, 0]
-    elif img.ndim == 3 and img.shape[2] == 3:
-        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-    elif img.ndim == 3 and img.shape[2] == 4:
-        img = cv2.cvtColor(img, cv2.COLOR_BGRA2RGBA)
-    elif img.ndim != 2:
-        raise ImageReadError(f"cannot read image {path}: unsupported shape {img.shape}")
-    orientation = _exif_orientation(data)
-    if orientation in _ORIENT:
-        img = _ORIENT[orientation](img)
-    return np.ascontiguousarray(img)
+Unlike ``derain.io.read_rgb`` it keeps what ``restore`` can give back: alpha, 16-bit depth and grayscale.
+"""
 
 
 # ------------------------------------------------------------------------------------------------ tiling
@@ -346,8 +289,9 @@ def restore(
 ) -> np.ndarray:
     """Derain one image array; the result has the input's shape and dtype.
 
-    The image is scaled to [0, 1] floats, run through ``model`` (in ``torch.inference_mode``, on the model's
-    device and dtype), clamped, and scaled back with rounding. Grayscale is run as three equal channels and
+    The image is scaled to [0, 1] in float32 (then cast to the model's dtype: half precision works for 16-bit
+    images too), run through ``model`` (in ``torch.inference_mode``, on the model's device), clamped, and
+    scaled back with rounding. Grayscale is run as three equal channels and
     averaged back; an alpha channel is passed through unchanged; ``uint16`` keeps its 16-bit precision.
 
     With tiling, the image is cut into ``tile``×``tile`` tiles that overlap by ``overlap`` pixels, each
@@ -402,7 +346,8 @@ def restore(
     model.eval()
 
     def run(batch: list[np.ndarray]) -> np.ndarray:
-        x = torch.from_numpy(np.stack(batch)).to(device).permute(0, 3, 1, 2).to(dtype).div_(scale)
+        # scaled to [0, 1] in float32 before the cast: 65535 is past float16's largest value (65504)
+        x = torch.from_numpy(np.stack(batch)).to(device).permute(0, 3, 1, 2).float().div_(scale).to(dtype)
         total = None
         for dims in flips:
             # out of place: a model may hand back x itself, which the later passes still read

@@ -1,7 +1,8 @@
-"""Image files in and out: 8-bit RGB arrays, errors that name the file, atomic writes."""
+"""Image files in and out: one reader (any depth, EXIF-upright), 8-bit RGB, named errors, atomic writes."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import tempfile
@@ -11,15 +12,21 @@ from typing import Any
 import cv2
 import numpy as np
 import torch
+from PIL import ExifTags, Image, ImageOps
 from torch import Tensor
 
 __all__ = [
     "ImageReadError",
     "IMAGE_SUFFIXES",
+    "exif_orientation",
+    "exif_transpose",
+    "image_size",
     "list_images",
     "pair_name",
     "natural_key",
+    "read_image",
     "read_rgb",
+    "to_rgb8",
     "write_image_atomic",
     "to_tensor",
     "to_uint8",
@@ -57,27 +64,138 @@ class ImageReadError(ValueError):
     """An image file that is missing, empty, or cannot be decoded."""
 
 
-def read_rgb(path: str | os.PathLike) -> np.ndarray:
-    """Read an image file as 8-bit RGB, shape (H, W, 3), EXIF orientation applied.
+def exif_orientation(image: Image.Image) -> int:
+    """The EXIF orientation (1-8; 1 when untagged) of an opened image, from its header alone.
 
-    Grayscale is repeated to three channels, alpha dropped, 16-bit scaled to 8 bits.
+    PIL's reading: EXIF in JPEG, PNG, WebP and TIFF, or ``tiff:Orientation`` in XMP. A PNG's EXIF is taken
+    from the chunks before the pixel data, where the PNG specification and OpenCV put it
+    (``PngImageFile.getexif`` would decode the whole file to look behind the pixels as well).
+    """
+    try:
+        orientation = Image.Image.getexif(image).get(ExifTags.Base.Orientation, 1)
+    except Exception:  # a broken EXIF block: leave the pixels as stored
+        return 1
+    return orientation if orientation in range(1, 9) else 1
+
+
+def exif_transpose(image: np.ndarray, orientation: int) -> np.ndarray:
+    """Turn stored pixels upright for an EXIF ``orientation`` with PIL's own ``ImageOps.exif_transpose``.
+
+    PIL has no 16-bit colour mode, so the transpose is applied to each channel as its own PIL image (mode
+    ``L`` for uint8, ``I;16`` for uint16): any depth and any number of channels come through unchanged.
+
+    Args:
+        image: (H, W) or (H, W, C) array of a dtype PIL holds in one channel (uint8, uint16).
+        orientation: the EXIF orientation tag, 1-8 (see :func:`exif_orientation`).
+
+    Returns:
+        The upright array: (W, H[, C]) for orientations 5-8, which turn the picture by 90°.
+    """
+    if orientation == 1:
+        return image
+    exif = Image.Exif()
+    exif[ExifTags.Base.Orientation] = orientation
+    tag = exif.tobytes()
+    planes = []
+    for plane in np.moveaxis(image, -1, 0) if image.ndim == 3 else [image]:
+        pil = Image.fromarray(np.ascontiguousarray(plane))
+        pil.info["exif"] = tag  # what exif_transpose reads
+        planes.append(np.asarray(ImageOps.exif_transpose(pil)))
+    return np.stack(planes, axis=2) if image.ndim == 3 else planes[0]
+
+
+def read_image(path: str | os.PathLike) -> np.ndarray:
+    """Read an image file as stored (gray, RGB or RGBA; 8 or 16 bit), turned upright by its EXIF orientation.
+
+    The one image reader of the package: :func:`read_rgb` and ``derain.inference.load_image`` build on it.
+    OpenCV decodes the pixels (keeping depth and alpha); PIL reads the orientation from the header and turns
+    the pixels (:func:`exif_orientation`, :func:`exif_transpose`), except in TIFF files, which OpenCV turns
+    upright itself.
+
+    Args:
+        path: an image file (anything OpenCV decodes: PNG, JPEG, TIFF, WebP, BMP, ...).
+
+    Returns:
+        ``uint8`` or ``uint16`` array, (H, W) for grayscale, (H, W, 3) RGB or (H, W, 4) RGBA.
 
     Raises:
-        ImageReadError: naming ``path`` when it is missing, empty or not a decodable image.
+        ImageReadError: naming ``path`` when it is missing, empty, not decodable, or of an unsupported depth.
     """
     path = Path(path)
     try:
-        data = np.fromfile(path, dtype=np.uint8)
+        data = path.read_bytes()
     except OSError as err:
         raise ImageReadError(f"cannot read image {path}: {err.strerror or err}") from None
-    if data.size == 0:
+    if not data:
         raise ImageReadError(f"cannot read image {path}: the file is empty")
-    img = cv2.imdecode(data, cv2.IMREAD_COLOR)  # applies EXIF orientation, drops alpha, 16-bit -> 8-bit
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)  # keeps depth/alpha, ignores EXIF
     if img is None:
         raise ImageReadError(
             f"cannot read image {path}: not a decodable image (corrupt or unsupported format)"
         )
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    if img.dtype not in (np.uint8, np.uint16):
+        raise ImageReadError(f"cannot read image {path}: {img.dtype} pixels; expected 8- or 16-bit integers")
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    elif img.ndim == 3 and img.shape[2] == 3:
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    elif img.ndim == 3 and img.shape[2] == 4:
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2RGBA)
+    elif img.ndim != 2:
+        raise ImageReadError(f"cannot read image {path}: unsupported shape {img.shape}")
+    return np.ascontiguousarray(exif_transpose(img, _orientation_left(data)))
+
+
+def _orientation_left(data: bytes) -> int:
+    """The EXIF orientation still to apply to what ``cv2.imdecode(data, IMREAD_UNCHANGED)`` gave."""
+    try:
+        with Image.open(io.BytesIO(data)) as header:  # reads the header only
+            # OpenCV's TIFF decoder applies the TIFF Orientation tag itself, even with IMREAD_UNCHANGED
+            return 1 if header.format == "TIFF" else exif_orientation(header)
+    except Exception:  # a format PIL does not know, or over PIL's pixel limit: leave the pixels as stored
+        return 1
+
+
+def image_size(path: str | os.PathLike) -> tuple[int, int]:
+    """(H, W) of the image at ``path`` as :func:`read_image` returns it, from the file header alone.
+
+    Raises:
+        ImageReadError: naming ``path`` when PIL cannot read the header, including images over PIL's
+            decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``; the error's ``__cause__`` is then
+            ``PIL.Image.DecompressionBombError``).
+    """
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            if im.format == "TIFF":  # the stored size: newer Pillow reports a TIFF's size already upright
+                w, h = im.tag_v2[ExifTags.Base.ImageWidth], im.tag_v2[ExifTags.Base.ImageLength]
+            turned = exif_orientation(im) >= 5  # orientations 5-8 turn the picture by 90°
+    except (OSError, Image.DecompressionBombError) as err:
+        raise ImageReadError(f"cannot read image {path}: {err}") from err
+    return (w, h) if turned else (h, w)
+
+
+def to_rgb8(image: np.ndarray) -> np.ndarray:
+    """Any :func:`read_image` array -> 8-bit RGB (H, W, 3).
+
+    Gray is repeated to three channels, alpha dropped, 16-bit scaled by 255/65535 and rounded.
+    """
+    if image.dtype == np.uint16:
+        image = np.rint(image / 257.0).astype(np.uint8)
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if image.shape[2] == 1:
+        image = np.repeat(image, 3, axis=2)
+    return np.ascontiguousarray(image[:, :, :3])
+
+
+def read_rgb(path: str | os.PathLike) -> np.ndarray:
+    """Read an image file as 8-bit RGB (H, W, 3), EXIF-upright: :func:`to_rgb8` of :func:`read_image`.
+
+    Raises:
+        ImageReadError: naming ``path`` when it is missing, empty or not a decodable image.
+    """
+    return to_rgb8(read_image(path))
 
 
 def write_image_atomic(

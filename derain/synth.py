@@ -15,16 +15,12 @@ another clean photo.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import cv2
 import numpy as np
-
-from derain.io import ImageReadError, read_rgb
 
 __all__ = [
     "RainStyle",
@@ -417,9 +413,6 @@ def transplant_layers(
     return rainy
 
 
-_GRADIO_IMAGES = ("cheetah.jpg", "groot.jpeg", "tower.jpg", "lion.jpg")
-
-
 @lru_cache(maxsize=1)
 def _builtin_clean_images() -> tuple[np.ndarray, ...]:
     from skimage import data as skdata
@@ -431,24 +424,14 @@ def _builtin_clean_images() -> tuple[np.ndarray, ...]:
         skdata.rocket(),
         skdata.stereo_motorcycle()[0],
     ]
-    # gradio's example photos; found by path because importing gradio itself takes seconds.
-    spec = importlib.util.find_spec("gradio")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        for name in _GRADIO_IMAGES:
-            path = Path(location) / "media_assets" / "images" / name
-            if path.is_file():
-                try:
-                    images.append(read_rgb(path))
-                except ImageReadError:
-                    continue
     return tuple(np.ascontiguousarray(im[..., :3], dtype=np.uint8) for im in images)
 
 
 def builtin_clean_images() -> list[np.ndarray]:
-    """Natural photos shipped inside installed packages, for synthetic rain with no data on disk.
+    """Natural photos shipped inside scikit-image, for synthetic rain with no data on disk.
 
-    scikit-image's astronaut, coffee, chelsea, rocket and the left motorcycle stereo view, plus gradio's
-    example photos (cheetah, groot, tower, lion) when gradio is installed. Nothing is downloaded.
+    The astronaut, coffee, chelsea, rocket and the left motorcycle stereo view: the same five photos on every
+    installation (they are part of scikit-image's wheel; nothing is downloaded).
 
     Returns:
         uint8 RGB (H, W, 3) arrays (fresh copies: callers may modify them).

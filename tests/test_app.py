@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import resource
 import socket
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import cv2
+import gradio as gr
 import numpy as np
 import pytest
 import torch
 from gradio_client import Client, handle_file
+from PIL import Image
+from torch import Tensor, nn
 
-from derain.inference import load_image
+from derain.inference import load_image, restore
 from derain.models import DerainNet
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,17 +44,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    app = load_app_module()
-    torch.manual_seed(0)
-    demo = app.build_app(DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2)
+@contextlib.contextmanager
+def launched(demo: gr.Blocks) -> Iterator[str]:
+    """Serve ``demo`` on a free local port (in this process) and give its URL."""
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+
+
+@pytest.fixture(scope="module")
+def app() -> ModuleType:
+    return load_app_module()
+
+
+@pytest.fixture(scope="module")
+def server(app: ModuleType) -> Iterator[str]:
+    torch.manual_seed(0)
+    demo = app.build_app(DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2)
+    with launched(demo) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +114,122 @@ def test_too_large_photos_are_refused(client: Client, tmp_path: Path) -> None:
     cv2.imwrite(str(tmp_path / "big.png"), np.zeros((300, 300, 3), np.uint8))  # 0.09 MP > 0.05 MP limit
     with pytest.raises(Exception, match=r"0\.1 megapixels; the limit here is 0\.05"):
         client.predict(handle_file(str(tmp_path / "big.png")), api_name="/derain")
+
+
+def test_decompression_bombs_are_refused_before_decoding(
+    client: Client, app: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cv2.imwrite(str(tmp_path / "bomb.png"), np.zeros((200, 200, 3), np.uint8))  # 40,000 pixels
+    monkeypatch.setattr(
+        Image, "MAX_IMAGE_PIXELS", 10_000
+    )  # PIL's guard now refuses headers over 20,000 pixels
+    decoded: list[Any] = []
+    monkeypatch.setattr(app, "load_image", lambda path: decoded.append(path) or load_image(path))
+    with pytest.raises(Exception, match="over 0.02 megapixels, more than this page decodes"):
+        client.predict(handle_file(str(tmp_path / "bomb.png")), api_name="/derain")
+    assert decoded == []
+
+
+# ------------------------------------------------------------------------------------------- under load
+
+
+class Counting(nn.Module):
+    """A network that records how many forward passes run at once (the server runs in this process)."""
+
+    def __init__(self, net: nn.Module, delay: float = 0.0) -> None:
+        super().__init__()
+        self.net, self.delay = net, delay
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def forward(self, x: Tensor) -> Tensor:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            time.sleep(self.delay)
+            return self.net(x)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def photo(i: int) -> np.ndarray:
+    """Photo ``i`` of a burst: its own colour, its own noise, 40×56 pixels."""
+    colour = np.array([37 * i % 256, (91 * i + 60) % 256, (173 * i + 120) % 256])
+    noise = np.random.default_rng(i).integers(0, 48, (40, 56, 3))
+    return np.clip(colour + noise - 24, 0, 255).astype(np.uint8)
+
+
+def burst(url: str, files: list[Path]) -> list[Any]:
+    """One client per file, all pressing *Derain* at the same moment; each one's result or exception."""
+    ready = threading.Barrier(len(files))
+
+    def one(path: Path) -> Any:
+        client = Client(url, verbose=False)
+        ready.wait()
+        try:
+            return client.predict(handle_file(str(path)), api_name="/derain")
+        except Exception as err:  # what this user sees instead of a result
+            return err
+
+    with ThreadPoolExecutor(len(files)) as pool:
+        return list(pool.map(one, files))
+
+
+def test_sixteen_clients_at_once_each_get_their_own_photo_derained(app: ModuleType, tmp_path: Path) -> None:
+    photos = [photo(i) for i in range(16)]
+    for i, rgb in enumerate(photos):
+        cv2.imwrite(str(tmp_path / f"photo-{i:02d}.png"), rgb[:, :, ::-1])
+    (tmp_path / "notes.txt").write_bytes(b"not a photo")
+    cv2.imwrite(str(tmp_path / "huge.png"), np.zeros((300, 300, 3), np.uint8))  # 0.09 MP > 0.02 MP
+    files = [tmp_path / f"photo-{i:02d}.png" for i in range(16)] + [
+        tmp_path / "notes.txt",
+        tmp_path / "huge.png",
+    ]
+    torch.manual_seed(0)
+    net = Counting(DerainNet(**TINY).eval())
+    expected = [restore(net.net, rgb) for rgb in photos]
+    for a, b in zip(
+        expected, expected[1:], strict=False
+    ):  # so a swapped result cannot pass for the right one
+        assert np.abs(a.astype(int) - b).mean() > 10
+    demo = app.build_app(net, max_megapixels=0.02)  # default concurrency (1) and queue size
+    with launched(demo) as url:
+        peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        results = burst(url, files)
+        growth_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+    for i, result in enumerate(results[:16]):
+        assert not isinstance(result, Exception), f"photo-{i:02d}: {result}"
+        (before, after), png, status = result
+        assert Path(png).name == f"photo-{i:02d}-derained.png"
+        np.testing.assert_array_equal(cv2.imread(before)[:, :, ::-1], photos[i])
+        assert np.abs(load_image(png).astype(int) - expected[i]).max() <= 1
+        assert status.startswith("Derained 56×40 pixels")
+    assert "notes.txt is not an image this page can read" in str(results[16])
+    assert "0.1 megapixels; the limit here is 0.02" in str(results[17])
+    assert net.most == 1  # queued: one photo derained at a time
+    assert growth_mib < 500, f"peak RSS grew by {growth_mib:.0f} MiB serving 18 tiny requests"
+
+
+def test_a_full_queue_turns_requests_away_with_a_try_again_message(app: ModuleType, tmp_path: Path) -> None:
+    files = []
+    for i in range(8):
+        cv2.imwrite(str(tmp_path / f"photo-{i}.png"), photo(i))
+        files.append(tmp_path / f"photo-{i}.png")
+    torch.manual_seed(0)
+    net = Counting(DerainNet(**TINY).eval(), delay=1.5)  # slow: the burst arrives while the first one runs
+    with launched(app.build_app(net, max_queue=2)) as url:
+        results = burst(url, files)
+    served = [r for r in results if not isinstance(r, Exception)]
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert len(served) >= 3  # one being derained and two waiting
+    assert refused, "8 requests at once fit in a queue of 2"
+    for err in refused:
+        assert "Queue is full! Please try again." in str(err)
+    for result, path in zip(results, files, strict=True):
+        if not isinstance(result, Exception):
+            assert Path(result[1]).name == f"{path.stem}-derained.png"
 
 
 def test_app_without_weights_exits_with_the_load_model_message(

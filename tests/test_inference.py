@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import struct
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageOps
+from PIL import ExifTags, Image, ImageOps
 from safetensors.torch import save_file
 from torch import nn
 
 from derain.export import save_net
 from derain.inference import (
+    WEIGHTS_FORMAT,
     WeightsError,
     WeightsNotFoundError,
     blend_window,
@@ -23,8 +28,8 @@ from derain.inference import (
     restore,
     tile_starts,
 )
-from derain.io import ImageReadError
-from derain.models import DerainNet
+from derain.io import ImageReadError, image_size, read_rgb, to_rgb8
+from derain.models import DerainNet, network_record
 
 TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 
@@ -56,7 +61,7 @@ def smooth_image(h: int, w: int, seed: int = 0) -> np.ndarray:
 def test_load_model_from_safetensors(tiny_net: DerainNet, tiny_weights: Path) -> None:
     model = load_model(tiny_weights, device="cpu")
     assert not model.training
-    assert model.config == tiny_net.config
+    assert model.init_args == tiny_net.init_args
     for key, value in tiny_net.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
 
@@ -65,11 +70,11 @@ def test_load_model_from_lightning_checkpoint(tiny_net: DerainNet, tmp_path: Pat
     ckpt = {
         "state_dict": {f"net.{k}": v for k, v in tiny_net.state_dict().items()},
         "hyper_parameters": {"lr": 1e-3},
-        "derain_net_config": tiny_net.config,
+        "derain_net": network_record(tiny_net),
     }
     torch.save(ckpt, tmp_path / "last.ckpt")
     model = load_model(tmp_path / "last.ckpt", device="cpu")
-    assert model.config == tiny_net.config
+    assert model.init_args == tiny_net.init_args
     assert torch.equal(model.embed[1].weight, tiny_net.embed[1].weight)
 
 
@@ -100,10 +105,11 @@ def test_load_model_wrong_metadata_or_shapes(tiny_net: DerainNet, tmp_path: Path
     save_file(state, tmp_path / "plain.safetensors")  # no metadata
     with pytest.raises(WeightsError, match=r"plain\.safetensors: metadata 'format' is None"):
         load_model(tmp_path / "plain.safetensors")
-    other = json.dumps({**tiny_net.config, "dim": 16})
-    save_file(state, tmp_path / "mismatch.safetensors", metadata={"format": "derain-net-v1", "config": other})
+    other = network_record(tiny_net)
+    other = json.dumps({**other, "init_args": {**other["init_args"], "dim": 16}})
+    save_file(state, tmp_path / "mismatch.safetensors", metadata={"format": WEIGHTS_FORMAT, "net": other})
     with pytest.raises(
-        WeightsError, match=r"mismatch\.safetensors: the weights do not fit the stored config"
+        WeightsError, match=r"mismatch\.safetensors: the weights do not fit the stored network"
     ):
         load_model(tmp_path / "mismatch.safetensors")
 
@@ -157,6 +163,16 @@ def test_restore_16bit_keeps_16bit_precision(tiny_net: DerainNet) -> None:
     out8 = restore(tiny_net, image8)
     assert np.abs(out16 / 257.0 - out8).max() <= 0.5 + 1e-6  # same result, finer levels
     assert (out16 % 257 != 0).any()  # not just 8-bit values scaled up
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_model_restores_16_bit_images(tiny_net: DerainNet, dtype: torch.dtype) -> None:
+    image = np.random.default_rng(0).integers(0, 65536, (32, 48, 3), dtype=np.uint16)
+    image[:8] = 65535  # white: past float16's largest value (65504) unless scaled before the cast
+    expected = restore(tiny_net, image).astype(np.int64)
+    out = restore(copy.deepcopy(tiny_net).to(dtype), image)
+    assert out.dtype == np.uint16
+    assert np.abs(out - expected).max() < 0.02 * 65535  # half precision: close to float32, not garbage
 
 
 def test_restore_rejects_bad_input(tiny_net: DerainNet) -> None:
@@ -297,18 +313,74 @@ def test_load_image_keeps_depth_alpha_and_gray(tmp_path: Path) -> None:
     np.testing.assert_array_equal(load_image(tmp_path / "gray.png"), gray)
 
 
+def tagged(orientation: int, *, xmp: bool = False) -> dict[str, object]:
+    """PIL ``save`` keywords that tag a file with an orientation, in EXIF or (``xmp``) in XMP only."""
+    if xmp:
+        rdf = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
+        tiff = "http://ns.adobe.com/tiff/1.0/"
+        xml = (
+            f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}"><rdf:Description '
+            f'xmlns:tiff="{tiff}" tiff:Orientation="{orientation}"/></rdf:RDF></x:xmpmeta>'
+        )
+        return {"xmp": xml.encode()}
+    exif = Image.Exif()
+    exif[ExifTags.Base.Orientation] = orientation
+    return {"exif": exif}
+
+
+FORMATS = {  # file name, and how PIL writes it
+    "jpeg": ("photo.jpg", {"quality": 98}),
+    "png": ("photo.png", {}),
+    "webp": ("photo.webp", {"lossless": True}),
+    "tiff": ("photo.tif", {}),
+    "jpeg-xmp": ("photo.jpg", {"quality": 98}),
+}
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
-def test_load_image_applies_exif_orientation(tmp_path: Path, orientation: int) -> None:
-    # A blocky picture (so JPEG decoders agree closely), 48×64 stored, EXIF-tagged.
+@pytest.mark.parametrize("kind", FORMATS)
+def test_readers_turn_photos_upright_as_pil_does(tmp_path: Path, kind: str, orientation: int) -> None:
+    # A blocky picture (so JPEG decoders agree closely), 48×64 stored, tagged with an orientation.
     blocks = np.random.default_rng(orientation).integers(0, 256, (6, 8, 3), dtype=np.uint8)
     stored = np.kron(blocks, np.ones((8, 8, 1), np.uint8))
+    name, options = FORMATS[kind]
+    path = tmp_path / name
+    Image.fromarray(stored).save(path, **options, **tagged(orientation, xmp=kind == "jpeg-xmp"))
+    with Image.open(path) as im:
+        expected = np.asarray(ImageOps.exif_transpose(im).convert("RGB")).astype(int)
+    assert expected.shape == ((64, 48, 3) if orientation >= 5 else (48, 64, 3))
+    for loaded in (load_image(path), read_rgb(path)):  # one reader under both, so they agree
+        assert loaded.shape == expected.shape
+        assert np.abs(loaded - expected).mean() < 2.0
+    assert image_size(path) == expected.shape[:2]  # the header alone tells the upright size
+
+
+def png_with_orientation(image: np.ndarray, orientation: int) -> bytes:
+    """A PNG of an RGB(A) array of any depth (written by OpenCV), with an eXIf chunk before the pixels."""
+    ok, buf = cv2.imencode(".png", cv2.cvtColor(image, cv2.COLOR_RGBA2BGRA))
+    assert ok
     exif = Image.Exif()
-    exif[0x0112] = orientation
-    Image.fromarray(stored).save(tmp_path / "photo.jpg", quality=98, exif=exif)
-    expected = np.asarray(ImageOps.exif_transpose(Image.open(tmp_path / "photo.jpg")).convert("RGB"))
-    loaded = load_image(tmp_path / "photo.jpg")
-    assert loaded.shape == expected.shape == ((64, 48, 3) if orientation >= 5 else (48, 64, 3))
-    assert np.abs(loaded.astype(int) - expected).mean() < 2.0
+    exif[ExifTags.Base.Orientation] = orientation
+    body = exif.tobytes().removeprefix(b"Exif\x00\x00")
+    chunk = struct.pack(">I", len(body)) + b"eXIf" + body + struct.pack(">I", zlib.crc32(b"eXIf" + body))
+    png = buf.tobytes()
+    return png[:33] + chunk + png[33:]  # after the signature (8 bytes) and IHDR (25)
+
+
+@pytest.mark.parametrize(
+    ("orientation", "upright"),
+    [(2, lambda a: a[:, ::-1]), (5, lambda a: a.swapaxes(0, 1)), (6, lambda a: np.rot90(a, k=-1))],
+    ids=["mirror", "transpose", "turn-right"],
+)
+def test_exif_orientation_keeps_16_bit_and_alpha(
+    tmp_path: Path, orientation: int, upright: Callable[[np.ndarray], np.ndarray]
+) -> None:
+    stored = np.random.default_rng(0).integers(0, 65536, (10, 14, 4), dtype=np.uint16)
+    (tmp_path / "deep.png").write_bytes(png_with_orientation(stored, orientation))
+    loaded = load_image(tmp_path / "deep.png")
+    assert loaded.dtype == np.uint16
+    np.testing.assert_array_equal(loaded, upright(stored))
+    np.testing.assert_array_equal(read_rgb(tmp_path / "deep.png"), to_rgb8(loaded))
 
 
 def test_restore_on_exif_rotated_photo(tiny_net: DerainNet, tmp_path: Path) -> None:

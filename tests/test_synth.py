@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -27,11 +30,36 @@ def photos() -> list[np.ndarray]:
 
 def test_builtin_clean_images_are_uint8_rgb_photos() -> None:
     images = synth.builtin_clean_images()
-    assert len(images) >= 5  # scikit-image's five; gradio's four more when installed
+    assert len(images) == 5  # scikit-image's astronaut, coffee, chelsea, rocket, motorcycle (left)
     for im in images:
         assert im.dtype == np.uint8 and im.ndim == 3 and im.shape[2] == 3 and min(im.shape[:2]) >= 256
     images[0][:] = 0  # callers get copies
     assert synth.builtin_clean_images()[0].any()
+
+
+def test_builtin_clean_images_do_not_depend_on_gradio(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skimage import data as skdata
+
+    expected = [
+        skdata.astronaut(),
+        skdata.coffee(),
+        skdata.chelsea(),
+        skdata.rocket(),
+        skdata.stereo_motorcycle()[0],
+    ]
+    synth._builtin_clean_images.cache_clear()
+    try:
+        with_gradio = synth.builtin_clean_images()
+        synth._builtin_clean_images.cache_clear()
+        monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` fails, find_spec("gradio") is None
+        assert importlib.util.find_spec("gradio") is None
+        without_gradio = synth.builtin_clean_images()
+    finally:
+        synth._builtin_clean_images.cache_clear()
+    for images in (with_gradio, without_gradio):
+        assert len(images) == len(expected)
+        for got, want in zip(images, expected, strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_same_seed_same_rain_other_seed_other_rain(photos: list[np.ndarray]) -> None:
