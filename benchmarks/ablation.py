@@ -13,7 +13,7 @@ MATLAB Y of 8-bit predictions (``DerainMetrics``). Cost columns: parameters, GMA
 convolutions and matrix products, ``FlopCounterMode`` / 2) and CPU milliseconds per image, both at 321×481.
 
 Short budgets rank variants by how fast they learn, not by where they end; confirm a finding with a full run
-(``python -m derain.fit --config configs/rain100h-small.yaml --model.net.init_args.agent_bias false``).
+(``python -m derain.fit --config derain-small/stage1.yaml --model.net.init_args.agent_bias false``).
 Prints the table and one JSON line (``RESULT {...}``).
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from derain.data import DerainDataModule
+from derain.data import DerainDataModule, PairSources, Synthesis
 from derain.lit import charbonnier_loss
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
@@ -169,11 +169,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     data = DerainDataModule(
-        train_dirs=tuple(args.data),
-        val_from=tuple(args.data),
-        val_fraction=args.val_fraction,
-        clean_dirs=tuple(args.clean),
-        transplant_prob=0.8,
+        pairs=PairSources(
+            train_dirs=tuple(args.data), val_from=tuple(args.data), val_fraction=args.val_fraction
+        ),
+        synthesis=Synthesis(clean_dirs=tuple(args.clean), transplant_prob=0.8),
         patch_size=args.patch,
         batch_size=args.batch,
         num_workers=0,

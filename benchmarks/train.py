@@ -6,7 +6,7 @@
 Side by side in one run: a training step (forward, Charbonnier loss, backward, AdamW) in channels-last and in
 NCHW memory format, and the time the DataLoader needs to produce one batch of synthetic rain with transplant
 (the embedded default's data path) in the main process, plain and with the rain-layer augmentation of
-configs/rain100h-small-augment.yaml (gain, resize, turn in one warp; a second layer for some). Prints a table
+configs/derain-small/stage2-augment.yaml (gain, resize, turn in one warp; a second layer for some). Prints a table
 and one ``RESULT {...}`` JSON line with steps/s, peak memory growth, the loader/step ratio (target: loader < 10%
 of a step, i.e. workers keep up) and the augmented/plain loader ratio.
 """
@@ -23,23 +23,17 @@ import torch
 import yaml
 from common import report, reset_peak, status_kb
 
-from derain.data import DerainDataModule, SyntheticRainDataset
+from derain.data import SyntheticRainDataset
 from derain.lit import charbonnier_loss
 from derain.models import DerainNet
 from derain.synth import LayerAugment, add_rain, builtin_clean_images, rain_residual
 
-AUGMENT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "rain100h-small-augment.yaml"
+AUGMENT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "derain-small" / "stage2-augment.yaml"
 
 
 def recipe_augment() -> LayerAugment:
-    """The rain-layer augmentation of the augment stage's config, as its data module builds it."""
-    data = yaml.safe_load(AUGMENT_RECIPE.read_text())["data"]
-    options = {
-        k: v
-        for k, v in data.items()
-        if k in ("transplant_gain", "transplant_scale", "transplant_angle", "transplant_mix")
-    }
-    return DerainDataModule(synthetic=True, **options).layer_augment
+    """The rain-layer augmentation of the augment stage's config."""
+    return LayerAugment(**yaml.safe_load(AUGMENT_RECIPE.read_text())["data"]["synthesis"]["layer_augment"])
 
 
 def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple[float, float]:

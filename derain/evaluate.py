@@ -7,8 +7,8 @@ PSNR/SSIM on MATLAB's BT.601 Y channel (the published tables) and on RGB, per im
 and ``bias_y``, all through :class:`derain.metrics.DerainMetrics`. ``bias_y`` is the mean brightness error on
 that Y channel in 8-bit levels (negative: darker than the clean image), which shows a model that darkens or
 brightens a whole scene, e.g. real rain photos, where PSNR only says that something is off (its mean over images
-is signed: errors of opposite sign cancel). Files pair by name: the same file name, else the same stem
-(``x.png`` vs ``x.jpg``), else the same stem without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
+is signed: errors of opposite sign cancel). Files pair by name as training pairs do (``derain.pairing``): the
+same stem (``x.png`` vs ``x.jpg``) without a leading ``rain-``/``norain-`` (JORDER/PReNet naming).
 Exit status: 0 when every file paired and scored, 1 when some did not (the scores of the rest are printed),
 2 on a usage error.
 """
@@ -20,7 +20,6 @@ import csv
 import json
 import math
 import sys
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +28,9 @@ import torch
 from tqdm import tqdm
 
 from .inference import WeightsError, add_ensemble_argument, load_model, restore
-from .io import list_images, pair_name, read_rgb, to_tensor
+from .io import list_images, read_rgb, to_tensor
 from .metrics import DerainMetrics
+from .pairing import match_by_name
 
 __all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summarize", "main"]
 
@@ -48,37 +48,18 @@ class Pairing:
     missing_test: list[str]
 
 
-def _keys(path: Path) -> tuple[str, str, str]:
-    return path.name, path.stem, pair_name(path)
-
-
 def pair_files(test_dir: Path, clean_dir: Path) -> Pairing:
-    """Pair the images of ``test_dir`` with those of ``clean_dir`` by name (see the module docstring).
+    """Pair the images of ``test_dir`` with those of ``clean_dir`` by pair name (``derain.pairing``).
 
-    Each test file takes the first unambiguous match of: its file name, its stem, its stem without a
-    ``rain-``/``norain-`` prefix. Test files with no match are listed in ``missing_clean``; clean files nobody
-    matched in ``missing_test``.
+    Test files with no match are listed in ``missing_clean``; clean files nobody matched in ``missing_test``.
+
+    Raises:
+        DataError: two files of one folder have the same pair name (``x.png`` and ``x.jpg``).
     """
-    clean = list_images(clean_dir)
-    index: list[dict[str, list[Path]]] = [defaultdict(list) for _ in range(3)]
-    for path in clean:
-        for level, key in enumerate(_keys(path)):
-            index[level][key].append(path)
-    pairs, missing_clean, used = [], [], set()
-    for path in list_images(test_dir):
-        match = None
-        for level, key in enumerate(_keys(path)):
-            found = [p for p in index[level].get(key, []) if p not in used]
-            if len(found) == 1:
-                match = found[0]
-                break
-        if match is None:
-            missing_clean.append(path.name)
-        else:
-            used.add(match)
-            pairs.append((path, match))
-    missing_test = [p.name for p in clean if p not in used]
-    return Pairing(pairs, missing_clean, missing_test)
+    matching = match_by_name(list_images(test_dir), list_images(clean_dir))
+    return Pairing(
+        matching.pairs, [p.name for p in matching.rain_only], [p.name for p in matching.clean_only]
+    )
 
 
 def score_pair(pred: np.ndarray, clean: np.ndarray) -> dict[str, float]:

@@ -15,11 +15,14 @@ from derain.data import (
     DataError,
     DerainDataModule,
     PairedDataset,
+    PairSources,
+    Synthesis,
     SyntheticRainDataset,
     check_pairs,
     find_overlap,
     find_pairs,
     read_name_list,
+    seed_worker,
 )
 from derain.synth import LayerAugment
 
@@ -46,18 +49,17 @@ def make_pairs(
     return folder
 
 
-def small_synthetic_data(tmp_path: Path, *train_dirs: Path, **options) -> dict:
+def small_synthetic_data(tmp_path: Path, *train_dirs: Path, synthesis: dict | None = None, **pairs) -> dict:
     """DerainDataModule options: pairs from ``train_dirs`` plus 4 synthetic 16² samples per epoch on one clean
-    photo (written under ``tmp_path/clean``), batch 2, no worker processes."""
+    photo (written under ``tmp_path/clean``), batch 2, no worker processes; more ``PairSources``/``Synthesis``
+    options in ``pairs``/``synthesis``."""
     write(tmp_path / "clean" / "photo.png", noise(48, 48, seed=9))
     return dict(
-        train_dirs=tuple(str(d) for d in train_dirs),
-        clean_dirs=(str(tmp_path / "clean"),),
-        synthetic_length=4,
+        pairs=PairSources(train_dirs=tuple(str(d) for d in train_dirs), **pairs),
+        synthesis=Synthesis(clean_dirs=(str(tmp_path / "clean"),), length=4, **(synthesis or {})),
         patch_size=16,
         batch_size=2,
         num_workers=0,
-        **options,
     )
 
 
@@ -144,7 +146,7 @@ def test_size_mismatch_is_named(tmp_path: Path) -> None:
 def test_unreadable_image_is_named(tmp_path: Path) -> None:
     make_pairs(tmp_path, ["1.png", "2.png"], ["1.png", "2.png"])
     (tmp_path / "norain" / "2.png").write_bytes(b"\x89PNG truncated")
-    with pytest.raises(DataError, match=r"norain/2\.png: unreadable image"):
+    with pytest.raises(DataError, match=r"cannot read image .*norain/2\.png"):
         check_pairs(find_pairs(tmp_path))
     assert check_pairs(find_pairs(tmp_path)[:1]) == [(24, 32)]
 
@@ -184,19 +186,28 @@ def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tm
     names = [f"{i}.png" for i in range(1, 6)]
     make_pairs(tmp_path / "a", names, names)
     make_pairs(tmp_path / "b", names[:3], names[:3])
-    common = small_synthetic_data(
-        tmp_path, tmp_path / "a", tmp_path / "b", val_from=(str(tmp_path / "a"),), val_fraction=0.2
+    split = dict(val_from=(str(tmp_path / "a"),), val_fraction=0.2)
+    dm = DerainDataModule(
+        **small_synthetic_data(
+            tmp_path,
+            tmp_path / "a",
+            tmp_path / "b",
+            synthesis={"transplant_from": (str(tmp_path / "a"),)},
+            **split,
+        )
     )
-    dm = DerainDataModule(transplant_from=(str(tmp_path / "a"),), **common)
     dm.setup("fit")
     synthetic = dm.train_set.datasets[-1]
     assert len(dm.val_pairs) == 1 and len(synthetic.rain_residuals) == 5 - 1
-    everyone = DerainDataModule(**common)
+    everyone = DerainDataModule(**small_synthetic_data(tmp_path, tmp_path / "a", tmp_path / "b", **split))
     everyone.setup("fit")
     assert len(everyone.train_set.datasets[-1].rain_residuals) == 5 - 1 + 3
     make_pairs(tmp_path / "c", names[:1], names[:1])  # pairs, but not training pairs
+    other = {"transplant_from": (str(tmp_path / "c"),)}
     with pytest.raises(DataError, match=r"transplant_from .*/c'\]: none of these folders"):
-        DerainDataModule(transplant_from=(str(tmp_path / "c"),), **common).setup("fit")
+        DerainDataModule(
+            **small_synthetic_data(tmp_path, tmp_path / "a", tmp_path / "b", synthesis=other, **split)
+        ).setup("fit")
 
 
 def test_patches_larger_than_the_image_are_padded(tmp_path: Path) -> None:
@@ -257,8 +268,9 @@ def test_rain_free_items_are_left_as_they_are() -> None:
     options = dict(length=40, patch_size=32, rain_residuals=[residual], seed=3, fixed=True)
     plain = SyntheticRainDataset(clean, **options)
     assert all(not torch.equal(plain[i]["rain"], plain[i]["clean"]) for i in range(40))
-    # Without rain-free items the stream is the one from before the option existed (sums recorded then).
-    assert [int((plain[i]["rain"] * 255).round().sum()) for i in range(4)] == [568581, 445666, 389968, 393320]
+    # Without rain-free items nothing extra is drawn: the stream is pinned (sums recorded on 2026-12-01, when
+    # the crops moved to albumentations; a change here changes every recipe's data).
+    assert [int((plain[i]["rain"] * 255).round().sum()) for i in range(4)] == [451651, 452612, 400222, 452966]
     mixed = SyntheticRainDataset(clean, **options, rain_free_prob=0.5)
     rain_free = sum(torch.equal(mixed[i]["rain"], mixed[i]["clean"]) for i in range(40))
     assert 8 <= rain_free <= 32
@@ -268,47 +280,110 @@ def test_rain_free_items_are_left_as_they_are() -> None:
         SyntheticRainDataset(clean, **options, rain_free_prob=1.5)
 
 
-def test_transplant_augmentation_options_reach_the_synthetic_set(tmp_path: Path) -> None:
+def test_synthesis_options_reach_the_synthetic_set(tmp_path: Path) -> None:
     make_pairs(tmp_path / "a", ["1.png", "2.png"], ["1.png", "2.png"])
-    common = small_synthetic_data(tmp_path, tmp_path / "a", val_fraction=0.0)
+    augment = LayerAugment(gain=(0.8, 1.3), scale=(0.9, 1.1), angle=10, mix=0.2)
+    options = {"layer_augment": augment, "rain_free_prob": 0.1}
     dm = DerainDataModule(
-        transplant_gain=[0.8, 1.3],
-        transplant_scale=[0.9, 1.1],
-        transplant_angle=10,
-        transplant_mix=0.2,
-        rain_free_prob=0.1,
-        **common,
+        **small_synthetic_data(tmp_path, tmp_path / "a", synthesis=options, val_fraction=0.0)
     )
     dm.setup("fit")
     assert dm.train_set.datasets[-1].rain_free_prob == 0.1
-    assert dm.train_set.datasets[-1].layer_augment == LayerAugment(
-        gain=(0.8, 1.3), scale=(0.9, 1.1), angle=10.0, mix=0.2
-    )
-    with pytest.raises(DataError, match=r"transplant_gain must be a range \(low, high\) .* got \(1.3, 0.8\)"):
-        DerainDataModule(transplant_gain=[1.3, 0.8], **common)
-    with pytest.raises(DataError, match=r"transplant_mix must be a probability in \[0, 1\], got -0.1"):
-        DerainDataModule(transplant_mix=-0.1, **common)
-    with pytest.raises(DataError, match=r"rain_free_prob must be in \[0, 1\], got 2"):
-        DerainDataModule(rain_free_prob=2, **common)
+    assert dm.train_set.datasets[-1].layer_augment == augment
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (dict(synthesis=Synthesis, transplant_prob=1.5), r"transplant_prob must be in \[0, 1\], got 1.5"),
+        (dict(synthesis=Synthesis, rain_free_prob=2), r"rain_free_prob must be in \[0, 1\], got 2"),
+        (dict(synthesis=Synthesis, length=-1), r"length and val_length must be >= 0, got -1"),
+        (dict(synthesis=PairSources, val_fraction=1.0), r"val_fraction must be in \[0, 1\), got 1.0"),
+        (dict(synthesis=PairSources, repeat=0), r"repeat must be at least 1, got 0"),
+        (dict(synthesis=PairSources, train_dirs="a/b"), r"train_dirs must be a list of folders"),
+    ],
+)
+def test_options_out_of_range_name_the_option_and_its_range(options: dict, match: str) -> None:
+    group = options.pop("synthesis")
+    with pytest.raises(DataError, match=match):
+        group(**options)
+
+
+def test_the_data_variable_is_expanded_and_an_unset_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_pairs(tmp_path / "a", ["1.png"], ["1.png"])
+    monkeypatch.setenv("DERAIN_DATA", str(tmp_path))
+    assert PairSources(train_dirs=("$DERAIN_DATA/a",)).train_folders() == [tmp_path / "a"]
+    monkeypatch.delenv("DERAIN_DATA")
+    with pytest.raises(DataError, match=r"train_dirs: \$DERAIN_DATA/a uses \$DERAIN_DATA, which is not set"):
+        PairSources(train_dirs=("$DERAIN_DATA/a",))
 
 
 # -- overlap and name lists --------------------------------------------------------------------------------
 
 
-def test_find_overlap_names_train_pairs_sharing_a_test_background(tmp_path: Path) -> None:
-    for name, seed in [("norain-1.png", 11), ("norain-2.png", 2), ("norain-10.png", 12)]:
-        write(tmp_path / "train" / "norain" / name, noise(seed=seed))
-        write(tmp_path / "train" / "rain" / name, noise(seed=seed + 100))
-    for name, seed in [("norain-001.png", 11), ("norain-002.png", 12), ("norain-003.png", 3)]:
-        write(tmp_path / "test" / name, noise(seed=seed))
-        write(tmp_path / "test" / name.replace("norain", "rain"), noise(seed=seed + 200))
-    assert find_overlap(tmp_path / "train", tmp_path / "test") == ["1", "10"]
+def _photo(seed: int, h: int = 48, w: int = 64) -> np.ndarray:
+    """A smooth random picture (photo-like: content at coarse scales, unlike white noise)."""
+    small = np.random.default_rng(seed).integers(0, 256, (h // 8, w // 8, 3), dtype=np.uint8)
+    return cv2.resize(small, (w, h), interpolation=cv2.INTER_CUBIC)
+
+
+def test_find_overlap_finds_test_backgrounds_by_content_in_any_orientation(tmp_path: Path) -> None:
+    tests = {f"norain-{i:03d}.png": _photo(i) for i in range(1, 5)}
+    for name, image in tests.items():
+        write(tmp_path / "test" / name, image)
+        write(tmp_path / "test" / name.replace("norain", "rain"), cv2.add(image, 30))
+    train = {
+        "1": tests["norain-001.png"],  # identical
+        "2": np.ascontiguousarray(tests["norain-002.png"][:, ::-1]),  # flipped
+        "3": np.ascontiguousarray(np.rot90(tests["norain-003.png"])),  # turned by 90°: another shape
+        "4": cv2.imdecode(
+            cv2.imencode(".jpg", tests["norain-004.png"], [cv2.IMWRITE_JPEG_QUALITY, 80])[1], 1
+        ),
+        "5": _photo(50),
+        "6": _photo(60, 64, 48),
+    }
+    for name, image in train.items():
+        write(tmp_path / "train" / "norain" / f"{name}.png", image)
+        write(tmp_path / "train" / "rain" / f"{name}.png", cv2.add(image, 30))
+    assert find_overlap(tmp_path / "train", tmp_path / "test") == ["1", "2", "3", "4"]
 
 
 def test_name_list_ignores_comments_prefixes_and_zero_padding(tmp_path: Path) -> None:
     listing = tmp_path / "names.txt"
-    listing.write_text("# header\nnorain-1.png\n  rain-010  # trailing comment\n\n0007.png\nabc\n")
-    assert read_name_list(listing) == {"1", "10", "7", "abc"}
+    listing.write_text("# header\nnorain-1.png\n  train/rain-010  # trailing comment\n\n0007.png\nx/y/abc\n")
+    assert read_name_list(listing) == [((), "1"), (("train",), "10"), ((), "7"), (("x", "y"), "abc")]
+
+
+def test_excluded_names_reach_only_their_own_folder(tmp_path: Path) -> None:
+    names = [f"{i}.png" for i in range(1, 4)]
+    make_pairs(tmp_path / "a" / "train", names, names)
+    make_pairs(tmp_path / "b" / "train", names, names)
+    make_pairs(tmp_path / "extra", names, names)
+    listing = tmp_path / "exclude.txt"
+    listing.write_text("extra/1\na/train/2\n")
+    options = dict(val_fraction=0.0, exclude_list=str(listing))
+    dm = DerainDataModule(
+        **small_synthetic_data(
+            tmp_path, tmp_path / "a/train", tmp_path / "b/train", tmp_path / "extra", **options
+        )
+    )
+    dm.setup("fit")
+    dropped = sorted(str(clean.relative_to(tmp_path)) for _, clean in dm.excluded_pairs)
+    assert dropped == ["a/train/norain/2.png", "extra/norain/1.png"] and len(dm.train_pairs) == 9 - 2
+    for text, match in [
+        ("1\n", "bare pair names but there are 3"),
+        ("train/1\n", "fits several"),
+        ("zz/1\n", "names no"),
+    ]:
+        listing.write_text(text)
+        with pytest.raises(DataError, match=match):
+            DerainDataModule(
+                **small_synthetic_data(
+                    tmp_path, tmp_path / "a/train", tmp_path / "b/train", tmp_path / "extra", **options
+                )
+            ).setup("fit")
 
 
 # -- DerainDataModule --------------------------------------------------------------------------------------
@@ -321,16 +396,18 @@ def test_missing_root_says_the_layout_and_the_synthetic_config(tmp_path: Path) -
         match=r"(?s)Rain100H does not exist.*ROOT/train/\{rain,norain\}/.*ROOT/test/\{rain,norain\}/"
         r".*configs/synthetic\.yaml",
     ):
-        DerainDataModule(root=str(missing))
+        PairSources(root=str(missing))
 
 
 def test_no_data_source_at_all_is_an_error() -> None:
-    with pytest.raises(DataError, match="no training data.*synthetic"):
+    with pytest.raises(DataError, match="no training data.*builtin_photos"):
         DerainDataModule()
 
 
 def test_synthetic_mode_needs_no_data_on_disk() -> None:
-    dm = DerainDataModule(synthetic=True, synthetic_length=8, patch_size=32, batch_size=4, num_workers=0)
+    dm = DerainDataModule(
+        synthesis=Synthesis(builtin_photos=True, length=8), patch_size=32, batch_size=4, num_workers=0
+    )
     dm.setup("fit")
     train_set = dm.train_set
     dm.setup("fit")  # idempotent
@@ -345,46 +422,58 @@ def test_synthetic_mode_needs_no_data_on_disk() -> None:
     )
 
 
-def test_root_train_test_split_exclusion_and_transplant(tmp_path: Path) -> None:
-    names = [f"{i}.png" for i in range(1, 11)]
-    make_pairs(tmp_path / "root" / "train", names, names)
-    make_pairs(tmp_path / "root" / "test", names[:3], names[:3])
-    write(tmp_path / "clean" / "a" / "photo.png", noise(48, 48, seed=9))
+def test_root_train_test_split_overlap_exclusion_and_transplant(tmp_path: Path) -> None:
+    for i in range(1, 11):  # rainy = clean + 40 (clean at most 127: nothing saturates)
+        for split in (
+            ("train", "test") if i <= 3 else ("train",)
+        ):  # test 1-3 have the backgrounds of train 1-3
+            clean = noise(seed=i) // 2
+            write(tmp_path / "root" / split / "norain" / f"{i}.png", clean)
+            write(tmp_path / "root" / split / "rain" / f"{i}.png", clean + 40)
+    write(tmp_path / "clean" / "a" / "photo.png", noise(48, 48, seed=9) // 2)
     exclude = tmp_path / "overlap.txt"
-    exclude.write_text("# shares a background with the test set\n0001\n")
-    dm = DerainDataModule(
-        root=str(tmp_path / "root"),
-        exclude_list=str(exclude),
-        clean_dirs=(str(tmp_path / "clean"),),
-        synthetic_length=5,
-        real_repeat=2,
-        val_fraction=0.2,
+    exclude.write_text("# by hand\n0004\n")
+    options = dict(
+        synthesis=Synthesis(clean_dirs=(str(tmp_path / "clean"),), length=5, transplant_prob=1.0),
         patch_size=16,
         batch_size=2,
         num_workers=0,
     )
+    pairs = dict(root=str(tmp_path / "root"), exclude_list=str(exclude), repeat=2, val_fraction=0.2)
+    dm = DerainDataModule(pairs=PairSources(**pairs), **options)
     dm.setup()
-    assert [p[0].name for p in dm.excluded_pairs] == ["1.png"]
-    assert len(dm.val_pairs) == 2 and len(dm.train_pairs) == 7
+    assert [p[0].name for p in dm.excluded_pairs] == ["4.png"]
+    assert [p[0].name for p in dm.overlap_pairs] == ["1.png", "2.png", "3.png"]  # found by content
+    assert len(dm.val_pairs) == 1 and len(dm.train_pairs) == 5
     assert not {p[0] for p in dm.val_pairs} & {p[0] for p in dm.train_pairs}
-    assert len(dm.train_set) == 7 * 2 + 5
+    assert len(dm.train_set) == 5 * 2 + 5
     assert len(dm.test_pairs) == 3
     assert next(iter(dm.val_dataloader()))["rain"].shape == (1, 3, 24, 32)
     assert next(iter(dm.test_dataloader()))["clean"].shape == (1, 3, 24, 32)
     assert next(iter(dm.train_dataloader()))["rain"].shape == (2, 3, 16, 16)
+    # Transplant: the synthetic samples carry the training pairs' rain layers (+40 everywhere, on a photo no
+    # brighter than 127), so rainy - clean is 40 grey levels at every pixel; procedural rain would not be.
+    synthetic = dm.train_set.datasets[-1]
+    assert len(synthetic.rain_residuals) == 5 and all((r == 40).all() for r in synthetic.rain_residuals)
+    for i in range(5):
+        item = synthetic[i]
+        torch.testing.assert_close(
+            item["rain"] - item["clean"], torch.full((3, 16, 16), 40 / 255), atol=1e-6, rtol=0
+        )
+    kept = DerainDataModule(pairs=PairSources(**pairs, drop_test_overlap=False), **options)
+    kept.setup("fit")
+    assert kept.overlap_pairs == [] and len(kept.train_pairs) + len(kept.val_pairs) == 9
 
 
 def test_root_without_train_folder_is_named(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"has no train/ folder"):
-        DerainDataModule(root=str(tmp_path))
+        PairSources(root=str(tmp_path))
 
 
 @pytest.mark.data
 def test_real_rain100h_pairs_with_workers() -> None:
     need_shared_data(RAIN100H_MINI)
-    dm = DerainDataModule(
-        train_dirs=(str(RAIN100H_MINI),), patch_size=64, batch_size=4, num_workers=2, synthetic_length=0
-    )
+    dm = DerainDataModule(pairs=PairSources(train_dirs=(str(RAIN100H_MINI),)), patch_size=64, batch_size=4)
     dm.setup("fit")
     assert len(dm.train_pairs) + len(dm.val_pairs) == len(find_pairs(RAIN100H_MINI))
     assert len(dm.val_pairs) >= 1
@@ -403,6 +492,6 @@ def test_dataloader_workers_draw_different_random_streams(tmp_path: Path) -> Non
     paired = PairedDataset(pairs, patch_size=16, augment=True)
     synthetic = SyntheticRainDataset([noise(64, 64)], length=4, patch_size=16)
     for data in (paired, synthetic):
-        loader = torch.utils.data.DataLoader(data, batch_size=1, num_workers=2)
+        loader = torch.utils.data.DataLoader(data, batch_size=1, num_workers=2, worker_init_fn=seed_worker)
         items = {b["rain"].numpy().tobytes() for b in loader}
         assert len(items) == 4, f"{type(data).__name__}: workers repeated each other's random crops"

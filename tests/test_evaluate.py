@@ -58,11 +58,11 @@ def test_pairing_by_name_stem_and_rain_prefix(folders: tuple[Path, Path]) -> Non
     flat(pred / "lonely.png", 110)
     flat(clean / "orphan.png", 100)
     pairing = pair_files(pred, clean)
-    assert [(p.name, c.name) for p, c in pairing.pairs] == [
+    assert [(p.name, c.name) for p, c in pairing.pairs] == [  # by pair name, naturally sorted
+        ("rain-007.png", "norain-007.png"),
         ("a.png", "a.png"),
         ("b.png", "b.png"),
         ("c.png", "c.bmp"),
-        ("rain-007.png", "norain-007.png"),
     ]
     assert pairing.missing_clean == ["lonely.png"]
     assert pairing.missing_test == ["orphan.png"]
@@ -85,8 +85,8 @@ def test_scores_match_hand_computed_values(
 
     with (tmp_path / "s.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [r["name"] for r in rows] == ["a.png", "b.png", "c.png", "rain-007.png"]
-    assert rows[2]["clean"] == "c.bmp"
+    assert [r["name"] for r in rows] == ["rain-007.png", "a.png", "b.png", "c.png"]
+    assert rows[3]["clean"] == "c.bmp"
     assert float(rows[0]["psnr"]) == pytest.approx(PSNR_RGB, abs=1e-3)
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from helpers import SHARED_DATA, need_shared_data
 
-from derain.data import DerainDataModule
+from derain.data import DerainDataModule, PairSources, Synthesis
 from derain.evaluate import evaluate, score_pair, summarize
 from derain.inference import load_model, restore
 from derain.io import pair_name
@@ -18,8 +18,8 @@ from derain.models import DerainNet
 from derain.synth import add_rain, builtin_clean_images
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "configs" / "rain100h-small.yaml"
-# The Rain100H pairs that configs/rain100h-small.yaml holds out (seeded); MODEL_CARD.md scores the model on them.
+RECIPE = REPO / "configs" / "derain-small" / "stage1.yaml"
+# The Rain100H pairs that the recipe holds out (seeded); MODEL_CARD.md scores the model on them.
 HELD_OUT = {"0004", "0005", "0013", "0015"}
 
 
@@ -39,9 +39,10 @@ def test_shipped_weights_derain_a_builtin_photo(shipped: DerainNet, style: str, 
 @pytest.mark.data
 def test_the_model_card_hold_out_is_what_the_recipe_holds_out(monkeypatch: pytest.MonkeyPatch) -> None:
     need_shared_data()
-    monkeypatch.chdir(REPO)  # the recipe's data paths are relative to the repository
+    monkeypatch.setenv("DERAIN_DATA", str(SHARED_DATA))
     data = yaml.safe_load(RECIPE.read_text())["data"]
-    dm = DerainDataModule(**{**data, "num_workers": 0, "synthetic_length": 8, "transplant_prob": 0.0})
+    synthesis = Synthesis(**{**data["synthesis"], "length": 8, "transplant_prob": 0.0})
+    dm = DerainDataModule(pairs=PairSources(**data["pairs"]), synthesis=synthesis, num_workers=0)
     dm.setup("fit")
     assert {pair_name(clean) for _, clean in dm.val_pairs} == HELD_OUT
     assert not HELD_OUT & {pair_name(clean) for _, clean in dm.train_pairs}

@@ -1,0 +1,174 @@
+"""Which rainy image goes with which clean image: one pairing rule for training folders and the evaluator.
+
+A pair's name is its file stem without a ``rain-``/``norain-`` prefix and without JORDER's ``x2`` suffix
+(``norain-1.png`` -> ``1``, ``norain-1x2.png`` -> ``1``, ``photo.jpg`` -> ``photo``); a rainy and a clean file pair
+when their names are equal. Layouts of a pair folder ``DIR``:
+
+- ``DIR/rain/NAME`` + ``DIR/norain/NAME`` (also RCDNet's ``rain/norain-1.png`` + ``norain/norain-1.png``,
+  PReNet's names in sub-folders, ``rain/rain-1.png`` + ``norain/norain-1.png``, and JORDER's original release,
+  ``rain/X2/norain-1x2.png`` + ``norain/norain-1.png``);
+- ``DIR/input/NAME`` + ``DIR/target/NAME`` (Rain13K / MPRNet);
+- JORDER/PReNet flat: ``DIR/rain-001.png`` + ``DIR/norain-001.png``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .io import ImageReadError, image_size, list_images, natural_key, pair_name
+
+__all__ = ["DataError", "LAYOUTS", "Matching", "match_by_name", "find_pairs", "check_pairs"]
+
+Pair = tuple[Path, Path]
+
+LAYOUTS = (
+    "DIR/rain/NAME + DIR/norain/NAME (also rain/rain-1.png + norain/norain-1.png, rain/X2/NAMEx2.png)",
+    "DIR/input/NAME + DIR/target/NAME",
+    "DIR/rain-NAME + DIR/norain-NAME (JORDER/PReNet flat)",
+)
+_SUBFOLDER_LAYOUTS = (("rain", "norain"), ("input", "target"))
+_MAX_LISTED = 20
+
+
+class DataError(ValueError):
+    """Data on disk that does not fit: missing folders, unmatched files, unreadable images, size mismatches."""
+
+
+def expected_layouts() -> str:
+    return "expected one of the layouts: " + "; ".join(LAYOUTS)
+
+
+def listing(items: Sequence[Any]) -> str:
+    """Items one per line (the first 20, then a count), for error messages."""
+    shown = "\n  ".join(str(x) for x in items[:_MAX_LISTED])
+    more = f"\n  ... and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
+    return f"\n  {shown}{more}"
+
+
+@dataclass
+class Matching:
+    """Pairs matched by name, and the files left without a partner on either side."""
+
+    pairs: list[Pair]
+    rain_only: list[Path]
+    clean_only: list[Path]
+
+
+def _by_name(files: Iterable[Path]) -> dict[str, Path]:
+    named: dict[str, list[Path]] = {}
+    for f in files:
+        named.setdefault(pair_name(f), []).append(f)
+    clashes = [" and ".join(str(p) for p in ps) for ps in named.values() if len(ps) > 1]
+    if clashes:
+        raise DataError(f"several files have the same pair name:{listing(clashes)}")
+    return {k: ps[0] for k, ps in named.items()}
+
+
+def match_by_name(rain_files: Iterable[Path], clean_files: Iterable[Path]) -> Matching:
+    """Pair rainy and clean files whose pair names are equal (see the module docstring).
+
+    Raises:
+        DataError: two files on one side have the same pair name (both are named).
+    """
+    rain, clean = _by_name(rain_files), _by_name(clean_files)
+    return Matching(
+        pairs=[(rain[k], clean[k]) for k in sorted(rain.keys() & clean.keys(), key=natural_key)],
+        rain_only=[rain[k] for k in sorted(rain.keys() - clean.keys(), key=natural_key)],
+        clean_only=[clean[k] for k in sorted(clean.keys() - rain.keys(), key=natural_key)],
+    )
+
+
+def _match_all(rain: list[Path], clean: list[Path], folder: Path) -> list[Pair]:
+    try:
+        matching = match_by_name(rain, clean)
+    except DataError as err:
+        raise DataError(f"{folder}: {err}") from None
+    unmatched = [f"{p} (no clean partner)" for p in matching.rain_only]
+    unmatched += [f"{p} (no rainy partner)" for p in matching.clean_only]
+    if unmatched:
+        raise DataError(
+            f"{len(unmatched)} unmatched file(s) in {folder}; every rainy image needs a clean image of the same "
+            f"name:{listing(unmatched)}"
+        )
+    return matching.pairs
+
+
+def find_pairs(folder: str | os.PathLike) -> list[Pair]:
+    """Find the (rainy, clean) image pairs in a folder of one of the ``LAYOUTS``.
+
+    Args:
+        folder: the pair folder ``DIR``.
+
+    Returns:
+        (rainy path, clean path) tuples, naturally sorted by pair name.
+
+    Raises:
+        DataError: the folder is missing or holds no pairs (the message lists the expected layouts), or some
+            images have no partner (all of them are named).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"pair folder {folder} does not exist; {expected_layouts()}")
+    for rain_dir, clean_dir in _SUBFOLDER_LAYOUTS:
+        if (folder / rain_dir).is_dir() and (folder / clean_dir).is_dir():
+            rain_folder = folder / rain_dir
+            if (rain_folder / "X2").is_dir() and not list_images(rain_folder):
+                rain_folder = rain_folder / "X2"  # JORDER's Rain100H/Rain100L release
+            rain, clean = list_images(rain_folder), list_images(folder / clean_dir)
+            if not rain and not clean:
+                raise DataError(
+                    f"{rain_folder} and {folder / clean_dir} hold no images; {expected_layouts()}"
+                )
+            return _match_all(rain, clean, folder)
+    images = list_images(folder)
+    if not images:
+        hint = ""
+        if (folder / "train").is_dir() or (folder / "test").is_dir():
+            hint = (
+                f" ({folder} has train/ or test/ sub-folders: pass {folder / 'train'} or {folder / 'test'})"
+            )
+        raise DataError(f"no image pairs in {folder}{hint}; {expected_layouts()}")
+    rain_files = [p for p in images if p.name.lower().startswith(("rain-", "rain_"))]
+    clean_files = [p for p in images if p.name.lower().startswith(("norain-", "norain_"))]
+    paired = {*rain_files, *clean_files}
+    stray = [p for p in images if p not in paired]
+    if stray:
+        raise DataError(
+            f"{folder} has images outside the flat rain-NAME/norain-NAME naming; {expected_layouts()}. "
+            f"Files that fit no pair:{listing(stray)}"
+        )
+    return _match_all(rain_files, clean_files, folder)
+
+
+def check_pairs(pairs: Sequence[Pair]) -> list[tuple[int, int]]:
+    """Check that every pair's two images are readable and of the same size (headers only: fast).
+
+    Returns:
+        (H, W) of each pair.
+
+    Raises:
+        DataError: naming every unreadable file and every pair whose sizes differ.
+    """
+    problems: list[str] = []
+    sizes: list[tuple[int, int]] = []
+    for rain, clean in pairs:
+        got = []
+        for path in (rain, clean):
+            try:
+                got.append(image_size(path))
+            except ImageReadError as err:
+                problems.append(str(err))
+        if len(got) == 2:
+            if got[0] != got[1]:
+                problems.append(
+                    f"{rain} is {got[0][1]}x{got[0][0]} but its clean partner {clean} is {got[1][1]}x{got[1][0]}"
+                    " (W x H); a pair must have one size"
+                )
+            sizes.append(got[0])
+    if problems:
+        raise DataError(f"{len(problems)} problem(s) in {len(pairs)} image pairs:{listing(problems)}")
+    return sizes
