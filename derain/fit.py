@@ -1,9 +1,13 @@
-"""Train a deraining network: ``python -m derain.fit --config configs/rain100h.yaml``.
+"""Train a deraining network: ``python -m derain.fit --config rain100h.yaml``.
 
-Every option is configuration (LightningCLI): ``--trainer.max_steps 1000``, ``--data.root datasets/Rain100H``,
+A config name that is not a file here is looked up among the configs that ship with derain (``configs/`` of
+the source tree, ``derain/configs`` once installed), from any working directory. Every option is configuration
+(LightningCLI): ``--trainer.max_steps 1000``, ``--data.pairs.root datasets/Rain100H``,
 ``--model.net.init_args.dim 32``; ``--print_config`` shows them all. Re-running the same command after an
 interruption resumes from ``<run>/checkpoints/last.ckpt`` (``--resume never`` starts afresh). At the end the best
-checkpoint (by ``val/psnr_y``) is exported to ``<run>/model.safetensors``.
+checkpoint (by ``val/psnr_y``) is tested on the test split when the data has one (``--data.pairs.root`` with
+``test/``, or ``--data.pairs.test_dirs``; ``--test false`` skips it), the table printed, and the checkpoint
+exported to ``<run>/model.safetensors``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,67 @@ from .export import export_checkpoint
 from .inference import WeightsError
 from .lit import DerainLitModule, NonFiniteLossError
 
-__all__ = ["DerainCLI", "main"]
+__all__ = ["DerainCLI", "ConfigNotFoundError", "bundled_config_dir", "resolve_config_args", "main"]
+
+PROG = "python -m derain.fit"
+
+
+class ConfigNotFoundError(FileNotFoundError):
+    """A ``--config`` file that is neither a path from the working directory nor a bundled config."""
+
+
+def bundled_config_dir() -> Path:
+    """The configs that ship with derain: ``derain/configs`` in an installed wheel, else ``configs/`` beside the
+    package (a source checkout, installed editable or not)."""
+    here = Path(__file__).resolve().parent
+    installed = here / "configs"
+    return installed if installed.is_dir() else here.parent / "configs"
+
+
+def resolve_config_args(args: list[str], configs: Path | None = None) -> list[str]:
+    """``args`` with each ``--config NAME`` (``--config=NAME``, ``-c NAME``) that is not a file from the working
+    directory pointed at the bundled config of that name.
+
+    ``NAME`` may have sub-folders (``derain-small/stage1.yaml``) and may start with ``configs/`` (the README's
+    ``configs/rain100h.yaml`` from another folder). An existing path wins; a value that is not a file name
+    (jsonargparse also takes inline YAML) is left alone.
+
+    Args:
+        args: the command line, without the program name.
+        configs: the bundled configs folder; default :func:`bundled_config_dir`.
+
+    Raises:
+        ConfigNotFoundError: a ``.yaml``/``.yml``/``.json`` name found neither here nor among the bundled
+            configs; the message lists those.
+    """
+    configs = bundled_config_dir() if configs is None else configs
+
+    def resolve(value: str) -> str:
+        path = Path(value)
+        if path.is_file() or path.suffix.lower() not in (".yaml", ".yml", ".json"):
+            return value
+        if not path.is_absolute():
+            names = [path] + ([Path(*path.parts[1:])] if path.parts[0] == "configs" else [])
+            for name in names:
+                if (configs / name).is_file():
+                    return str(configs / name)
+        bundled = sorted(p.relative_to(configs).as_posix() for p in configs.rglob("*.y*ml"))
+        raise ConfigNotFoundError(
+            f"--config {value}: no such file in {Path.cwd()}, nor among the configs that ship with derain "
+            f"({configs}): {', '.join(bundled) or 'none found'}"
+        )
+
+    out = []
+    take_next = False
+    for arg in args:
+        if take_next:
+            out.append(resolve(arg))
+        elif arg.startswith("--config="):
+            out.append("--config=" + resolve(arg.removeprefix("--config=")))
+        else:
+            out.append(arg)
+        take_next = not take_next and arg in ("--config", "-c")
+    return out
 
 
 class DerainCLI(LightningCLI):
@@ -52,6 +116,13 @@ class DerainCLI(LightningCLI):
             default=True,
             type=bool,
             help="export the best checkpoint to <run>/model.safetensors at the end",
+        )
+        parser.add_argument(
+            "--test",
+            default=True,
+            type=bool,
+            help="after training, score the best checkpoint on the test split (data.pairs.root's test/ or "
+            "data.pairs.test_dirs) if there is one, and print the table",
         )
 
     def before_instantiate_classes(self) -> None:
@@ -122,13 +193,45 @@ def _root_cause(err: BaseException) -> BaseException:
     return err
 
 
+def _has_test_split(datamodule) -> bool:
+    """Whether the data module has test pairs: ``pairs.root`` with a ``test/`` folder, or ``pairs.test_dirs``."""
+    pairs = getattr(datamodule, "pairs", None)
+    return pairs is not None and bool(pairs.test_folders())
+
+
+def format_test_table(
+    results: dict[str, float], *, pairs: int | None = None, checkpoint: str | None = None
+) -> str:
+    """The test scores as the deraining papers print them: the model's and the rainy input's, Y and RGB.
+
+    Args:
+        results: ``trainer.test``'s metrics (``test/psnr_y``, ..., ``test_input/psnr_y``, ...).
+        pairs: the number of test pairs, for the title.
+        checkpoint: the checkpoint tested, for the title.
+    """
+    title = "Test" + (f" ({pairs} pairs)" if pairs is not None else "")
+    title += f", {checkpoint}" if checkpoint else ", final weights"
+    lines = [f"{title}:", f"{'':<10}{'PSNR-Y':>8}{'SSIM-Y':>8}{'PSNR':>8}{'SSIM':>8}"]
+    for label, stage in (("derained", "test"), ("input", "test_input")):
+        psnr_y, ssim_y, psnr, ssim = (
+            float(results[f"{stage}/{k}"]) for k in ("psnr_y", "ssim_y", "psnr", "ssim")
+        )
+        lines.append(f"{label:<10}{psnr_y:>8.2f}{ssim_y:>8.4f}{psnr:>8.2f}{ssim:>8.4f}")
+    return "\n".join(lines)
+
+
 def run(args: list[str] | None = None) -> int:
     torch.set_float32_matmul_precision("high")
+    if args is None:  # LightningCLI reads sys.argv itself (and warns when given it as args)
+        sys.argv[1:] = resolve_config_args(sys.argv[1:])
+    else:
+        args = resolve_config_args(list(args))
     cli = DerainCLI(
         DerainLitModule,
         DerainDataModule,
         run=False,
         args=args,
+        parser_kwargs={"prog": PROG},
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
     )
@@ -157,8 +260,13 @@ def run(args: list[str] | None = None) -> int:
         print(f"Interrupted: re-run the same command to resume from {last}", file=sys.stderr)
         return 130
     log_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
+    best = callback.best_model_path or (str(last) if last.is_file() else "")
+    if cli.config.get("test", True) and _has_test_split(cli.datamodule):
+        results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False)
+        if trainer.is_global_zero:
+            pairs = len(getattr(cli.datamodule, "test_pairs", ())) or None
+            print(format_test_table(results[0], pairs=pairs, checkpoint=best or None), flush=True)
     if cli.config.get("export", True) and trainer.is_global_zero:
-        best = callback.best_model_path or (str(last) if last.is_file() else "")
         if best:
             out = export_checkpoint(best, run_dir / "model.safetensors")
             print(f"Exported {best} -> {out}")
@@ -174,7 +282,7 @@ def main(args: list[str] | None = None) -> int:
         return run(args)
     except Exception as err:  # noqa: BLE001 - only our expected errors are turned into messages
         cause = _root_cause(err)
-        if isinstance(cause, (DataError, WeightsError)):
+        if isinstance(cause, (ConfigNotFoundError, DataError, WeightsError)):
             print(f"error: {cause}", file=sys.stderr)
             return 2
         if isinstance(cause, NonFiniteLossError):

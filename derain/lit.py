@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import os
@@ -14,13 +13,15 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from .export import CHECKPOINT_KEY
 from .inference import WeightsError, load_model
 from .io import to_uint8, write_image_atomic
 from .metrics import DerainMetrics
+from .models import network_record
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DerainLitModule", "charbonnier_loss", "NonFiniteLossError"]
+__all__ = ["DerainLitModule", "WarmupCosine", "charbonnier_loss", "NonFiniteLossError"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -32,6 +33,31 @@ def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3) -> Tensor:
     return torch.sqrt((pred - target).square() + eps * eps).mean()
 
 
+class WarmupCosine:
+    """Learning-rate factor per optimizer step: linear warm-up, then a cosine, then flat.
+
+    ``factor(step) = 0.01 + 0.99·step/warmup`` for ``step < warmup``; then
+    ``min_ratio + (1 − min_ratio)·(1 + cos(π·p))/2`` with ``p = min(1, (step − warmup)/(total − warmup))``.
+
+    An object, not a closure, so that ``LambdaLR.state_dict()`` stores its attributes: a resumed run gets back
+    the schedule it started with, whatever ``trainer.max_steps`` says now.
+
+    Args:
+        warmup: warm-up steps (from 0.01 to 1).
+        total: the step where the cosine reaches ``min_ratio``.
+        min_ratio: the final factor.
+    """
+
+    def __init__(self, warmup: int, total: int, min_ratio: float):
+        self.warmup, self.total, self.min_ratio = warmup, total, min_ratio
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return 0.01 + 0.99 * step / max(1, self.warmup)
+        progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
+        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
 def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
     """Copy the weights stored in ``path`` (safetensors, Lightning checkpoint, or ``"packaged"``) into ``net``.
 
@@ -40,7 +66,7 @@ def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
 
     Raises:
         WeightsError: the file is missing or unreadable, or its weights do not fit ``net`` (the message names the
-            file and, when both networks carry a config, the settings that differ).
+            file and the recorded settings that differ).
     """
     try:
         source = load_model(None if str(path) == "packaged" else path, device="cpu")
@@ -50,14 +76,14 @@ def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
         net.load_state_dict(source.state_dict(), strict=True)
     except RuntimeError as err:
         why = " ".join(str(err).strip().splitlines()[:2])
-        config = getattr(net, "config", None)
-        if isinstance(config, dict):
-            mine, theirs = (json.loads(json.dumps(c)) for c in (config, source.config))  # tuples vs lists
-            changed = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-            if changed:
-                why = "; ".join(
-                    f"{k}: {mine.get(k)!r} configured, {theirs.get(k)!r} in the file" for k in changed
-                )
+        mine, theirs = (getattr(n, "init_args", None) or {} for n in (net, source))
+        changed = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        if type(net) is not type(source):
+            why = f"{type(net).__name__} configured, {type(source).__name__} in the file"
+        elif changed:
+            why = "; ".join(
+                f"{k}: {mine.get(k)!r} configured, {theirs.get(k)!r} in the file" for k in changed
+            )
         raise WeightsError(
             f"init_weights {path}: the weights do not fit the configured network ({why})"
         ) from None
@@ -69,7 +95,8 @@ class DerainLitModule(L.LightningModule):
     The network is passed in (``net``) and knows nothing of Lightning. One step function serves train, val and
     test; each stage owns its metrics (PSNR/SSIM on MATLAB Y and RGB, 8-bit quantized, and the Y brightness
     bias), logged as ``val/psnr_y``, ``val/ssim_y``, ``val/psnr``, ``val/ssim``, ``val/bias_y`` (and
-    ``test/...``).
+    ``test/...``). Testing also scores the rainy input against the clean image (``test_input/...``), the
+    baseline the published tables print beside the model.
 
     Args:
         net: maps a rainy batch (B, 3, H, W) in [0, 1] to the derained batch (unclamped).
@@ -81,7 +108,9 @@ class DerainLitModule(L.LightningModule):
         min_lr_ratio: the cosine decays to ``lr * min_lr_ratio`` at the last step.
         schedule_steps: length of the warm-up + cosine schedule; default the run's own length
             (``trainer.max_steps``). Longer than the run: it stops part-way down the cosine, with the learning
-            rates a longer run would have had (how a run stopped early is written as a recipe).
+            rates a longer run would have had (how a run stopped early is written as a recipe). A resumed run
+            keeps the schedule it started with (its length is stored in the checkpoint), whatever
+            ``trainer.max_steps`` or this say now.
         sample_images: validation triplets (rainy | derained | clean) written per validation run.
         channels_last: keep the network and batches in channels-last memory format (on this CPU a training step
             of DerainNet is several times faster: depthwise-conv backward is slow in NCHW).
@@ -120,7 +149,9 @@ class DerainLitModule(L.LightningModule):
         if init_weights is not None:
             load_initial_weights(net, init_weights)
         self.loss_fn = charbonnier_loss if loss == "charbonnier" else nn.functional.l1_loss
-        self.metrics = nn.ModuleDict({"val": DerainMetrics(), "test": DerainMetrics()})
+        self.metrics = nn.ModuleDict(
+            {"val": DerainMetrics(), "test": DerainMetrics(), "test_input": DerainMetrics()}
+        )
         self.sample_images = sample_images
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net.to(memory_format=self.memory_format)
@@ -129,6 +160,8 @@ class DerainLitModule(L.LightningModule):
         if not 0.0 <= ema_decay < 1.0:
             raise ValueError(f"ema_decay should be in [0, 1), got {ema_decay}")
         self.ema = copy.deepcopy(self.net).requires_grad_(False) if ema_decay > 0 else None
+        self._ema_step = 0  # the optimizer step of the last moving-average update
+        self._planned_schedule: WarmupCosine | None = None  # the schedule this run's settings give
 
     def forward(self, rain: Tensor) -> Tensor:
         """The derained batch: the trained weights in training mode, their moving average (if kept) in eval."""
@@ -163,8 +196,25 @@ class DerainLitModule(L.LightningModule):
         for avg, current in zip(self.ema.buffers(), self.net.buffers(), strict=True):
             avg.copy_(current)
 
+    def on_train_start(self) -> None:
+        self._ema_step = self.global_step  # a resumed run has averaged up to its step
+        scheduler = self.lr_schedulers()
+        restored = getattr(scheduler, "lr_lambdas", [None])[0]
+        planned = self._planned_schedule
+        if isinstance(restored, WarmupCosine) and planned is not None and restored.total != planned.total:
+            log.warning(
+                "resumed: the learning rate keeps the schedule the run started with (%d steps, warm-up %d), "
+                "not the %d steps configured now",
+                restored.total,
+                restored.warmup,
+                planned.total,
+            )
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.update_ema(self.global_step)
+        # Once per optimizer step: with accumulate_grad_batches=k, global_step advances every k-th batch only.
+        if self.global_step > self._ema_step:
+            self._ema_step = self.global_step
+            self.update_ema(self.global_step)
 
     def step(self, batch: dict[str, Any], stage: str) -> Tensor:
         rain, clean = batch["rain"].contiguous(memory_format=self.memory_format), batch["clean"]
@@ -205,6 +255,7 @@ class DerainLitModule(L.LightningModule):
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self.step(batch, "test")
+        self.metrics["test_input"].update(batch["rain"], batch["clean"])
 
     def _epoch_end(self, stage: str) -> None:
         values = self.metrics[stage].compute()
@@ -218,6 +269,7 @@ class DerainLitModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._epoch_end("test")
+        self._epoch_end("test_input")
 
     def _write_sample(self, batch: dict[str, Any], pred: Tensor, index: int) -> None:
         """Save rainy | derained | clean side by side as a PNG under ``<log dir>/samples``."""
@@ -240,18 +292,15 @@ class DerainLitModule(L.LightningModule):
             betas=hp.betas,
         )
         total = hp.schedule_steps or max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = min(hp.warmup_steps, max(0, total - 1))
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return 0.01 + 0.99 * step / max(1, warmup)
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return hp.min_lr_ratio + (1 - hp.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        self._planned_schedule = WarmupCosine(min(hp.warmup_steps, max(0, total - 1)), total, hp.min_lr_ratio)
+        # A LambdaLR over a callable object rather than torch's LinearLR + CosineAnnealingLR in a SequentialLR:
+        # shorter, the closed form (the chained cosine drifts, and climbs back after its end when the run is
+        # longer than schedule_steps), its settings travel in the scheduler's state (a resumed run keeps its
+        # schedule) and checkpoints of runs started with the earlier LambdaLR still resume.
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, copy.copy(self._planned_schedule))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        config = getattr(self.net, "config", None)
-        if config is not None:
-            checkpoint["derain_net_config"] = config
+        """Keep the network's record (``class_path`` + ``init_args``) for ``derain.export`` and ``load_model``."""
+        if getattr(self.net, "init_args", None) is not None:
+            checkpoint[CHECKPOINT_KEY] = network_record(self.net)

@@ -15,13 +15,24 @@ def need_shared_data(folder: Path = SHARED_DATA) -> None:
         pytest.skip(f"real data not present: {folder} (only on machines with ../shared/data)")
 
 
-def grads_finite(module: nn.Module, x: Tensor) -> Tensor:
-    """Run ``module`` on ``x`` (which requires grad): same shape out, finite gradients for x and every parameter."""
+def grads_finite(module: nn.Module, x: Tensor, *, zero_ok: tuple[str, ...] = ()) -> Tensor:
+    """Run ``module`` on ``x`` (which requires grad): same shape out, and a finite gradient for ``x`` and for every
+    trainable parameter, not zero everywhere (a branch whose output is dropped gets none; one multiplied away
+    gets zeros).
+
+    Args:
+        module: the module to run.
+        x: its input, with ``requires_grad``.
+        zero_ok: parameters whose gradient may be all zeros here (say why where it is used).
+    """
     y = module(x)
     assert y.shape == x.shape
     y.square().mean().backward()
     assert x.grad.isfinite().all()
     for name, p in module.named_parameters():
-        if p.requires_grad:
-            assert p.grad is not None and p.grad.isfinite().all(), name
+        if not p.requires_grad:
+            continue  # frozen on purpose (e.g. ChannelAttention's single ratio weight)
+        assert p.grad is not None, f"{name}: no gradient (its branch does not reach the output)"
+        assert p.grad.isfinite().all(), f"{name}: non-finite gradient"
+        assert name in zero_ok or p.grad.any(), f"{name}: gradient zero everywhere (a dead branch?)"
     return y

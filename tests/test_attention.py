@@ -1,5 +1,6 @@
 """The attention cores against naive references, and the modules on odd sizes."""
 
+import itertools
 import math
 
 import pytest
@@ -20,16 +21,21 @@ RATIOS = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
 
 
 def naive_topk(q, k, v, ratios, weights):
-    """TKSA as the paper writes it: one mask, softmax and `@ v` per ratio."""
-    attn = q @ k.transpose(-2, -1)
-    c = attn.shape[-1]
-    out = 0
-    for r, w in zip(ratios, weights, strict=True):
-        keep = max(1, math.floor(r * c + 1e-9))
-        mask = torch.zeros_like(attn).scatter(-1, attn.topk(keep, dim=-1).indices, 1.0)
-        a = attn.masked_fill(mask == 0, float("-inf")).softmax(dim=-1)
-        out = out + w * (a @ v)
-    return out
+    """TKSA row by row, written apart from the library's code: sort each row of logits, keep its first
+    ⌊r·c⌋ entries (at least one), normalise their exponentials by hand, and sum the kept rows of v."""
+    logits = q @ k.transpose(-2, -1)
+    batch, heads, c, _ = logits.shape
+    rows = []
+    for b, h, i in itertools.product(range(batch), range(heads), range(c)):
+        row = logits[b, h, i]
+        order = sorted(range(c), key=lambda j: row[j].item(), reverse=True)
+        out = torch.zeros_like(v[b, h, 0])
+        for r, w in zip(ratios, weights, strict=True):
+            kept = order[: max(1, math.floor(r * c + 1e-9))]
+            e = torch.stack([torch.exp(row[j] - row[order[0]]) for j in kept])
+            out = out + w * sum(e[n] / e.sum() * v[b, h, j] for n, j in enumerate(kept))
+        rows.append(out)
+    return torch.stack(rows).reshape(v.shape)
 
 
 def naive_agent(q, k, v, agents, scale, b1=None, b2=None):
@@ -62,6 +68,20 @@ def test_library_reference_is_the_naive_form():
     assert torch.allclose(
         reference_topk_channel_attention(q, k, v, RATIOS, w), naive_topk(q, k, v, RATIOS, w)
     )
+
+
+def test_topk_on_hand_computed_logits():
+    # k = v = identity: the logits are q's rows and the output is the mixed attention matrix itself
+    q = torch.tensor([[[[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 2.0]]]], dtype=torch.float64)
+    eye = torch.eye(3, dtype=torch.float64)[None, None]
+    one, two = 1 / (1 + math.exp(-1)), 1 / (1 + math.exp(-2))  # softmax of two logits 1 or 2 apart
+    keep_two = [[one, 1 - one, 0.0], [0.0, two, 1 - two], [1 - one, 0.0, one]]
+    keep_one = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    expected = 0.75 * torch.tensor(keep_two, dtype=torch.float64) + 0.25 * torch.tensor(keep_one).double()
+    weights = torch.tensor([0.75, 0.25], dtype=torch.float64)
+    for attention in (topk_channel_attention, reference_topk_channel_attention, naive_topk):
+        out = attention(q, eye, eye, (2 / 3, 1 / 3), weights)  # keep 2 of 3, and 1 of 3
+        assert torch.allclose(out[0, 0], expected, atol=1e-12), attention.__name__
 
 
 def test_topk_float32_within_1e5():

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import grads_finite
 
 from derain.models import DerainNet
 
@@ -14,13 +15,25 @@ def tiny(**kw):
 
 @pytest.mark.parametrize("size", [(1, 3, 37, 53), (2, 3, 64, 48), (1, 3, 5, 7)])
 def test_any_size_in_same_size_out_with_finite_grads(size):
+    torch.manual_seed(0)
+    # 5×7 leaves a 1×1 bottleneck map: its one token is every agent's value, whatever the agent biases
+    zero_ok = ("bottleneck.0.attn.agg_bias", "bottleneck.0.attn.bcast_bias") if size[-1] < 8 else ()
+    grads_finite(tiny(), torch.rand(*size, requires_grad=True), zero_ok=zero_ok)
+
+
+@pytest.mark.parametrize("dead", ["dropped", "multiplied by zero"])
+def test_the_gradient_check_catches_a_dead_branch(dead, monkeypatch):
     net = tiny()
-    x = torch.rand(*size, requires_grad=True)
-    y = net(x)
-    assert y.shape == x.shape
-    (y - x.detach()).square().mean().backward()
-    assert torch.isfinite(x.grad).all()
-    assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
+    attn = net.bottleneck[0].attn
+    forward = attn.forward
+    if dead == "dropped":
+        monkeypatch.setattr(attn, "forward", lambda x: torch.zeros_like(x))
+    else:
+        monkeypatch.setattr(attn, "forward", lambda x: 0.0 * forward(x))
+    with pytest.raises(
+        AssertionError, match=r"^bottleneck\.0\.(norm1|attn)\..*: (no gradient|gradient zero)"
+    ):
+        grads_finite(net, torch.rand(1, 3, 37, 53, requires_grad=True))
 
 
 def test_default_model_size_and_shape():
@@ -42,7 +55,7 @@ def test_output_is_residual_on_input():
 
 def test_config_rebuilds_the_same_network():
     net = tiny(embed_stride=1)
-    clone = DerainNet(**net.config)
+    clone = DerainNet(**net.init_args)
     clone.load_state_dict(net.state_dict())
     x = torch.rand(1, 3, 24, 24)
     with torch.no_grad():

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import cv2
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -19,8 +21,9 @@ from derain.export import export_checkpoint, read_checkpoint_net, save_net
 from derain.fit import main as fit_main
 from derain.inference import WeightsError, load_model
 from derain.io import read_rgb, to_tensor
-from derain.lit import DerainLitModule, NonFiniteLossError, charbonnier_loss
-from derain.models import DerainNet
+from derain.lit import DerainLitModule, NonFiniteLossError, WarmupCosine, charbonnier_loss
+from derain.metrics import DerainMetrics
+from derain.models import DerainNet, network_record
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_NET = [
@@ -69,8 +72,8 @@ def test_fast_dev_run_on_the_synthetic_default(tmp_path):
         "--trainer.fast_dev_run=true",
         f"--trainer.default_root_dir={tmp_path}",
         "--data.num_workers=0",
-        "--data.synthetic_length=8",
-        "--data.val_synthetic=1",
+        "--data.synthesis.length=8",
+        "--data.synthesis.val_length=1",
         "--data.batch_size=2",
         "--data.patch_size=32",
         "--export=false",
@@ -85,12 +88,12 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
         *TINY_NET,
         *QUIET,
         f"--trainer.default_root_dir={run}",
-        f"--data.train_dirs=[{data}]",
-        f"--data.val_dirs=[{data}]",
+        f"--data.pairs.train_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{data}]",
         "--data.patch_size=32",
         "--data.batch_size=4",
         "--data.num_workers=0",
-        "--data.real_repeat=4",
+        "--data.pairs.repeat=4",
         "--model.lr=0.01",
         "--model.warmup_steps=0",
         "--model.min_lr_ratio=1.0",
@@ -114,8 +117,10 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     with safe_open(weights, "pt") as f:
         meta = f.metadata()
         state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    assert meta["format"] == "derain-net-v1"
-    net = DerainNet(**json.loads(meta["config"]))
+    assert meta["format"] == "derain-net-v2"
+    record = json.loads(meta["net"])
+    assert record["class_path"] == "derain.models.net.DerainNet"
+    net = DerainNet(**record["init_args"])
     net.load_state_dict(state)
     rain = to_tensor(read_rgb(data / "rain/000.png"))[None]
     clean = to_tensor(read_rgb(data / "norain/000.png"))[None]
@@ -137,7 +142,7 @@ def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
             "derain.fit",
             "--config",
             str(REPO / "configs/rain100h.yaml"),
-            f"--data.root={tmp_path / 'nowhere'}",
+            f"--data.pairs.root={tmp_path / 'nowhere'}",
         ],
         capture_output=True,
         text=True,
@@ -157,8 +162,8 @@ def test_nan_loss_stops_with_the_step(tmp_path, capsys):
         *TINY_NET,
         *QUIET,
         f"--trainer.default_root_dir={tmp_path / 'run'}",
-        f"--data.train_dirs=[{data}]",
-        "--data.val_fraction=0",
+        f"--data.pairs.train_dirs=[{data}]",
+        "--data.pairs.val_fraction=0",
         "--data.patch_size=32",
         "--data.batch_size=2",
         "--data.num_workers=0",
@@ -228,8 +233,8 @@ def test_fine_tune_resumes_without_its_init_weights_file(tmp_path, capsys):
         *TINY_NET,
         *QUIET,
         f"--trainer.default_root_dir={run}",
-        f"--data.train_dirs=[{data}]",
-        "--data.val_fraction=0",
+        f"--data.pairs.train_dirs=[{data}]",
+        "--data.pairs.val_fraction=0",
         "--data.patch_size=32",
         "--data.batch_size=4",
         "--data.num_workers=0",
@@ -248,7 +253,8 @@ def test_fine_tune_resumes_without_its_init_weights_file(tmp_path, capsys):
 
 
 def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
-    args = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={tmp_path}", "--data.synthetic_length=8"]
+    args = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={tmp_path}"]
+    args += ["--data.synthesis.builtin_photos=true", "--data.synthesis.length=8"]
     assert fit_main([*args, f"--model.init_weights={tmp_path / 'nope.safetensors'}"]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "nope.safetensors" in err and "Traceback" not in err
@@ -284,7 +290,7 @@ def test_ema_averages_weights_and_is_what_validation_and_export_use(tmp_path):
     # a checkpoint with both exports the average
     state = {f"net.{k}": v for k, v in module.net.state_dict().items()}
     state |= {f"ema.{k}": v for k, v in module.ema.state_dict().items()}
-    torch.save({"state_dict": state, "derain_net_config": module.net.config}, tmp_path / "both.ckpt")
+    torch.save({"state_dict": state, "derain_net": network_record(module.net)}, tmp_path / "both.ckpt")
     exported, _ = read_checkpoint_net(tmp_path / "both.ckpt")
     assert torch.equal(exported["embed.1.weight"], module.ema.state_dict()["embed.1.weight"])
     with pytest.raises(ValueError, match="ema_decay"):
@@ -293,8 +299,8 @@ def test_ema_averages_weights_and_is_what_validation_and_export_use(tmp_path):
 
 def test_resume_across_an_ema_decay_change(tmp_path, caplog):
     run = tmp_path / "run"
-    common = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={run}", "--data.synthetic=true"]
-    common += ["--data.synthetic_length=8", "--data.batch_size=4"]
+    common = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={run}", "--data.synthesis.builtin_photos=true"]
+    common += ["--data.synthesis.length=8", "--data.batch_size=4"]
     common += [
         "--data.num_workers=0",
         "--data.patch_size=32",
@@ -329,7 +335,7 @@ def test_export_errors_name_the_file(tmp_path):
         read_checkpoint_net(bad)
     other = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}}, other)
-    with pytest.raises(ValueError, match="derain_net_config"):
+    with pytest.raises(ValueError, match="other.ckpt has no 'derain_net' record"):
         read_checkpoint_net(other)
 
 
@@ -344,8 +350,8 @@ def test_ddp_on_two_cpu_processes(tmp_path):
         *TINY_NET,
         *QUIET,
         f"--trainer.default_root_dir={run}",
-        f"--data.train_dirs=[{data}]",
-        f"--data.val_dirs=[{data}]",
+        f"--data.pairs.train_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{data}]",
         "--data.patch_size=32",
         "--data.batch_size=2",
         "--data.num_workers=0",
@@ -359,7 +365,7 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 2
-    assert "derain_net_config" in ckpt
+    assert ckpt["derain_net"]["class_path"] == "derain.models.net.DerainNet"
     assert (run / "model.safetensors").is_file()
 
 
@@ -370,12 +376,12 @@ def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, c
         *TINY_NET,
         *QUIET,
         f"--trainer.default_root_dir={run}",
-        f"--data.train_dirs=[{data}]",
-        "--data.val_fraction=0",
+        f"--data.pairs.train_dirs=[{data}]",
+        "--data.pairs.val_fraction=0",
         "--data.patch_size=32",
         "--data.batch_size=2",
         "--data.num_workers=0",
-        "--data.real_repeat=8",
+        "--data.pairs.repeat=8",
         "--trainer.max_steps=12",
         "--trainer.limit_val_batches=0",
     ]
@@ -400,56 +406,70 @@ def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, c
 
 # The shipped weights' stages, each layered over the ones before it.
 SHIPPED = [
-    "rain100h-small.yaml",
-    "rain100h-small-augment.yaml",
-    "rain100h-small-large-patch.yaml",
-    "rain100h-small-rain-free.yaml",
+    "derain-small/stage1.yaml",
+    "derain-small/stage2-augment.yaml",
+    "derain-small/stage3-large-patch.yaml",
+    "derain-small/stage4-rain-free.yaml",
+    "derain-small/stage5-continue.yaml",
 ]
 RECIPES = [
     *(SHIPPED[:n] for n in range(1, len(SHIPPED) + 1)),
-    ["rain100h-small.yaml", "rain100h-small-stage2.yaml"],
-    [*SHIPPED, "rain100h-small-crop320.yaml"],
-    [*SHIPPED, "rain100h-small-gpu.yaml"],
+    [*SHIPPED[:4], "derain-small/gpu.yaml"],
     ["rain100h.yaml"],
     ["synthetic.yaml"],
 ]
 
 
 def test_the_recipes_cover_every_config():
+    configs = REPO / "configs"
     assert {name for stages in RECIPES for name in stages} == {
-        p.name for p in (REPO / "configs").glob("*.yaml")
+        p.relative_to(configs).as_posix() for p in configs.rglob("*.yaml")
     }
+    # one line per stage in the recipe's README
+    readme = (configs / "derain-small" / "README.md").read_text()
+    assert all(f"`{Path(name).name}`" in readme for name in [*SHIPPED, "derain-small/gpu.yaml"])
 
 
-@pytest.mark.parametrize("stages", RECIPES)
-def test_every_recipe_parses(stages, capsys, monkeypatch):
-    monkeypatch.chdir(REPO)
-    args = [a for name in stages for a in ("--config", f"configs/{name}")]
+def test_no_config_needs_the_development_data_folder():
+    for path in (REPO / "configs").rglob("*.yaml"):
+        body = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+        assert "shared" not in body, f"{path} names ../shared: use $DERAIN_DATA"
+
+
+@pytest.mark.parametrize("stages", RECIPES, ids=lambda stages: "+".join(Path(s).stem for s in stages))
+def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # bare names resolve to the bundled configs from any folder
+    args = [a for name in stages for a in ("--config", name)]
     with pytest.raises(SystemExit) as exit_info:
         fit_main([*args, "--print_config"])
     assert exit_info.value.code in (0, None)
     config = yaml.safe_load(capsys.readouterr().out)
-    if "rain100h-small-augment.yaml" in stages:
-        assert config["data"]["transplant_angle"] == 12.0 and config["data"]["transplant_mix"] == 0.15
-    if stages[-1] == "rain100h-small-augment.yaml":
-        assert config["model"]["schedule_steps"] == 4200
-    if stages[-1] in ("rain100h-small-large-patch.yaml", "rain100h-small-rain-free.yaml"):
-        assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (256, 2)
-    if stages[-1] == "rain100h-small-large-patch.yaml":  # as run: its own cosine, from the augment stage
-        assert config["model"]["schedule_steps"] is None
-        assert config["model"]["init_weights"] == "runs/rain100h-small-augment/model.safetensors"
-    if "rain100h-small-rain-free.yaml" in stages:
-        assert config["data"]["rain_free_prob"] == 0.15 and config["model"]["schedule_steps"] is None
+    data, model, last = config["data"], config["model"], Path(stages[-1]).stem
+    if "stage1" in last:
+        assert data["pairs"]["train_dirs"][0] == "$DERAIN_DATA/rain100h-train-mini"
+    if any("stage2-augment" in s for s in stages):
+        augment = data["synthesis"]["layer_augment"]
+        assert augment["angle"] == 12.0 and augment["mix"] == 0.15
+    if last == "stage2-augment":
+        assert model["schedule_steps"] == 4200
+    if last in ("stage3-large-patch", "stage4-rain-free", "stage5-continue"):
+        assert (data["patch_size"], data["batch_size"]) == (256, 2)
+    if last == "stage3-large-patch":  # as run: its own cosine, from the augment stage
+        assert model["schedule_steps"] is None
+        assert model["init_weights"] == "runs/derain-small/stage2/model.safetensors"
+    if any("stage4-rain-free" in s for s in stages):
+        assert data["synthesis"]["rain_free_prob"] == 0.15 and model["schedule_steps"] is None
         assert config["checkpoint"]["save_top_k"] == 3
-    if stages[-1] == "rain100h-small-rain-free.yaml":
-        assert config["model"]["init_weights"] == "runs/rain100h-small-large-patch/model.safetensors"
-    if stages[-1] == "rain100h-small-crop320.yaml":
-        assert (config["data"]["patch_size"], config["data"]["batch_size"]) == (320, 2)
-        assert config["model"]["init_weights"] == "runs/rain100h-small-rain-free/model.safetensors"
-        assert config["trainer"]["default_root_dir"] == "runs/rain100h-small-crop320"
-    if stages[-1] == "rain100h-small-gpu.yaml":  # prepared for a lent GPU: shipped weights, no runs/ needed
-        assert config["model"]["init_weights"] == "packaged" and config["data"]["rain_free_prob"] == 0.15
-        assert (config["trainer"]["accelerator"], config["data"]["batch_size"]) == ("gpu", 16)
+    if last == "stage4-rain-free":
+        assert model["init_weights"] == "runs/derain-small/stage3/model.safetensors"
+    if last == "stage5-continue":
+        assert model["init_weights"] == "runs/derain-small/stage4/model.safetensors" and model["lr"] == 1e-4
+        assert (config["seed_everything"], config["trainer"]["max_steps"]) == (7, 2200)
+    if last == "gpu":  # prepared for a lent GPU: shipped weights, no runs/ needed
+        assert model["init_weights"] == "packaged" and data["synthesis"]["rain_free_prob"] == 0.15
+        assert (config["trainer"]["accelerator"], data["batch_size"]) == ("gpu", 16)
+    if last == "rain100h":
+        assert data["pairs"]["root"] == "datasets/Rain100H" and data["pairs"]["drop_test_overlap"] is True
 
 
 def test_load_from_checkpoint_across_an_ema_decay_change(tmp_path):
@@ -476,3 +496,140 @@ def test_schedule_steps_sets_the_cosine_length_independently_of_the_run():
     assert schedule(60) == pytest.approx(0.5) and schedule(110) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="schedule_steps should be at least 1, got 0"):
         DerainLitModule(net, schedule_steps=0)
+
+
+def test_the_schedule_keeps_the_warm_up_and_cosine_formula():
+    def formula(step: int, warmup_steps: int, total: int, min_lr_ratio: float) -> float:
+        warmup = min(warmup_steps, max(0, total - 1))
+        if step < warmup:
+            return 0.01 + 0.99 * step / max(1, warmup)
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    net = DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),))
+    for warmup, total, min_ratio in [(10, 110, 0.0), (0, 7, 0.01), (200, 50, 0.1), (3, 1, 0.5)]:
+        module = DerainLitModule(
+            net, lr=0.5, warmup_steps=warmup, min_lr_ratio=min_ratio, schedule_steps=total
+        )
+        scheduler = module.configure_optimizers()["lr_scheduler"]["scheduler"]
+        for step in range(total + 20):  # past the end it stays at the minimum
+            for group in scheduler.optimizer.param_groups:
+                assert group["lr"] == pytest.approx(0.5 * formula(step, warmup, total, min_ratio), rel=1e-12)
+            scheduler.optimizer.step()
+            scheduler.step()
+
+
+def test_a_resumed_run_keeps_the_learning_rate_schedule_it_started(tmp_path, monkeypatch, caplog):
+    data = make_folder(tmp_path / "pairs")
+    common = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        f"--data.pairs.train_dirs=[{data}]",
+        "--data.pairs.val_fraction=0",
+        "--data.pairs.repeat=8",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+        "--data.num_workers=0",
+        "--trainer.limit_val_batches=0",
+        "--model.lr=0.01",
+        "--model.warmup_steps=2",
+        "--model.min_lr_ratio=0.1",
+        "--export=false",
+    ]
+    lrs: dict[int, float] = {}
+    stop_at = [5]  # the first run is stopped there (Ctrl+C)
+    original = DerainLitModule.training_step
+
+    def record_lr(self, batch, batch_idx):
+        if self.global_step in stop_at:
+            stop_at.clear()
+            raise KeyboardInterrupt
+        lrs[self.global_step] = self.trainer.optimizers[0].param_groups[0]["lr"]
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(DerainLitModule, "training_step", record_lr)
+    assert fit_main([*common, "--trainer.max_steps=12"]) == 130
+    # resumed with a longer run: the 12-step schedule goes on (flat at its minimum after step 12)
+    assert fit_main([*common, "--trainer.max_steps=20"]) == 0
+    started = WarmupCosine(warmup=2, total=12, min_ratio=0.1)
+    assert sorted(lrs) == list(range(20))
+    for step, lr in lrs.items():
+        assert lr == pytest.approx(0.01 * started(step), rel=1e-9), step
+    assert "keeps the schedule the run started with (12 steps, warm-up 2), not the 20 steps" in caplog.text
+
+
+def test_ema_updates_once_per_optimizer_step_with_gradient_accumulation(tmp_path):
+    torch.manual_seed(0)
+    net = DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),))
+    module = DerainLitModule(net, lr=0.01, warmup_steps=0, ema_decay=0.5, sample_images=0)
+    start = {k: v.detach().clone() for k, v in module.net.named_parameters()}
+
+    class WeightsPerStep(L.Callback):
+        """The raw weights after each optimizer step (global_step counts them)."""
+
+        def __init__(self):
+            self.weights: dict[int, dict[str, torch.Tensor]] = {}
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.weights[trainer.global_step] = {
+                k: v.detach().clone() for k, v in pl_module.net.named_parameters()
+            }
+
+    seen = WeightsPerStep()
+    batches = [{"rain": torch.rand(3, 16, 16), "clean": torch.rand(3, 16, 16)} for _ in range(6)]
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=3,
+        accumulate_grad_batches=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[seen],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=1))
+    assert trainer.global_step == 3 and sorted(seen.weights) == [0, 1, 2, 3]  # 6 batches, 3 optimizer steps
+    expected = start
+    for step in (1, 2, 3):  # one update per optimizer step, with the decay of that step
+        decay = min(0.5, (1 + step) / (10 + step))
+        expected = {k: decay * v + (1 - decay) * seen.weights[step][k] for k, v in expected.items()}
+    for name, averaged in module.ema.named_parameters():
+        torch.testing.assert_close(averaged, expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_fit_tests_the_best_checkpoint_and_prints_the_table(tmp_path, capsys):
+    root = tmp_path / "Rain"
+    make_folder(root / "train", n=4)
+    make_folder(root / "test", n=2, seed=1)
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        f"--data.pairs.root={root}",
+        "--data.pairs.val_fraction=0.25",
+        "--data.pairs.drop_test_overlap=false",
+        "--data.patch_size=32",
+        "--data.batch_size=3",
+        "--data.num_workers=0",
+        "--trainer.max_steps=2",
+        "--trainer.accelerator=cpu",
+        "--export=false",
+    ]
+    assert fit_main(args) == 0
+    out = capsys.readouterr().out
+    best = next((tmp_path / "run" / "checkpoints").glob("best-*.ckpt"))
+    assert f"Test (2 pairs), {best}:" in out
+    lines = out[out.index("Test (2 pairs)") :].splitlines()
+    assert lines[1].split() == ["PSNR-Y", "SSIM-Y", "PSNR", "SSIM"]
+    assert lines[2].split()[0] == "derained" and len(lines[2].split()) == 5
+    # the input's row scores the rainy images against the clean ones
+    metrics = DerainMetrics()
+    for name in ("000.png", "001.png"):
+        rain, clean = (to_tensor(read_rgb(root / "test" / sub / name))[None] for sub in ("rain", "norain"))
+        metrics.update(rain, clean)
+    scores = {k: float(v) for k, v in metrics.compute().items()}
+    psnr_y, ssim_y, psnr, ssim = (scores[k] for k in ("psnr_y", "ssim_y", "psnr", "ssim"))
+    assert lines[3].split() == ["input", f"{psnr_y:.2f}", f"{ssim_y:.4f}", f"{psnr:.2f}", f"{ssim:.4f}"]

@@ -1,0 +1,121 @@
+"""`python -m derain.fit --config NAME`: bundled config names from any folder, in a checkout and installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from derain.fit import ConfigNotFoundError, bundled_config_dir, resolve_config_args
+from derain.fit import main as fit_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def printed_config(args: list[str], capsys) -> dict:
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main([*args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def test_a_bare_config_name_works_from_any_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    config = printed_config(["--config", "rain100h.yaml"], capsys)
+    assert config["trainer"]["default_root_dir"] == "runs/rain100h"
+    # --config=NAME, names in sub-folders, stages layered, and the README's configs/NAME from another folder
+    config = printed_config(
+        ["--config=derain-small/stage1.yaml", "--config", "configs/derain-small/stage2-augment.yaml"], capsys
+    )
+    assert config["data"]["synthesis"]["layer_augment"]["angle"] == 12.0
+
+
+def test_an_existing_path_wins_over_the_bundled_config(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rain100h.yaml").write_text("trainer:\n  default_root_dir: runs/mine\n")
+    assert printed_config(["--config", "rain100h.yaml"], capsys)["trainer"]["default_root_dir"] == "runs/mine"
+
+
+def test_names_with_sub_folders_and_inline_yaml(tmp_path, monkeypatch):
+    bundled = tmp_path / "bundled"
+    (bundled / "derain-small").mkdir(parents=True)
+    (bundled / "derain-small" / "stage1.yaml").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    stage1 = str(bundled / "derain-small" / "stage1.yaml")
+    assert resolve_config_args(["--config", "derain-small/stage1.yaml", "-c", "x: 1"], bundled) == [
+        "--config",
+        stage1,
+        "-c",
+        "x: 1",
+    ]
+    assert resolve_config_args(["--config=derain-small/stage1.yaml", "--data.root=a.yaml"], bundled) == [
+        f"--config={stage1}",
+        "--data.root=a.yaml",
+    ]
+
+
+def test_an_unknown_config_name_says_which_configs_ship(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigNotFoundError, match=r"rain100x\.yaml.*rain100h\.yaml.*synthetic\.yaml"):
+        resolve_config_args(["--config", "rain100x.yaml"])
+    assert fit_main(["--config", "rain100x.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "error: --config rain100x.yaml" in err
+        and "derain-small/stage1.yaml" in err
+        and "Traceback" not in err
+    )
+
+
+def test_the_usage_line_names_the_module(capsys):
+    with pytest.raises(SystemExit):
+        fit_main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m derain.fit ")
+
+
+def test_the_wheel_ships_the_configs_and_an_install_finds_them(tmp_path):
+    # build from a copy, so the checkout gets no build/ folder
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("derain", "configs"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "configs" / "derain-small").mkdir(exist_ok=True)
+    (src / "configs" / "derain-small" / "stage9.yaml").write_text("trainer:\n  max_steps: 9\n")
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    proc = subprocess.run([*build, "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("derain-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {
+        f"derain/configs/{p.relative_to(REPO / 'configs').as_posix()}"
+        for p in bundled_config_dir().rglob("*.yaml")
+    }
+    assert shipped and shipped | {"derain/configs/derain-small/stage9.yaml"} <= names
+
+    # installed (unpacked on the path, as pip would), run from a folder without configs/
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "NO_ALBUMENTATIONS_UPDATE": "1"}
+    code = (
+        "import derain.fit as f; print(f.__file__); "
+        "print(*f.resolve_config_args(['--config', 'rain100h.yaml', '--config=derain-small/stage9.yaml']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where, resolved = proc.stdout.splitlines()
+    assert where == str(site / "derain" / "fit.py")
+    assert resolved.split() == [
+        "--config",
+        str(site / "derain/configs/rain100h.yaml"),
+        f"--config={site / 'derain/configs/derain-small/stage9.yaml'}",
+    ]
