@@ -6,7 +6,9 @@
 Side by side in one run: a training step (forward, Charbonnier loss, backward, AdamW) in channels-last and in
 NCHW memory format, and the time the DataLoader needs to produce one batch of synthetic rain with transplant
 (the embedded default's data path) in the main process, plain and with the rain-layer augmentation of
-configs/derain-small/stage2-augment.yaml (gain, resize, turn in one warp; a second layer for some). Prints a table
+configs/derain-small/stage2-augment.yaml (gain, resize, turn in one warp; a second layer for some), and procedural
+rain for a batch, numpy per image (loader workers) against ``derain.batch_rain.BatchRain`` (kornia, on the batch's
+device; here the CPU). Prints a table
 and one ``RESULT {...}`` JSON line with steps/s, peak memory growth, the loader/step ratio (target: loader < 10%
 of a step, i.e. workers keep up) and the augmented/plain loader ratio.
 """
@@ -23,6 +25,7 @@ import torch
 import yaml
 from common import report, reset_peak, status_kb
 
+from derain.batch_rain import BatchRain
 from derain.data import SyntheticRainDataset
 from derain.lit import charbonnier_loss
 from derain.models import DerainNet
@@ -86,6 +89,28 @@ def loader_time(batch: int, patch: int, batches: int, augment: LayerAugment | No
     return statistics.median(times)
 
 
+def procedural_times(batch: int, patch: int, batches: int) -> tuple[float, float]:
+    """Median seconds for one batch of procedural rain: numpy per image (the loader workers' path) and
+    ``BatchRain`` on the whole batch (the ``render_on_device`` path), both on this CPU."""
+    rng = np.random.default_rng(0)
+    crops = [img[:patch, :patch] for img in builtin_clean_images()]
+    clean = (
+        torch.stack([torch.from_numpy(crops[i % len(crops)]).permute(2, 0, 1) for i in range(batch)]) / 255
+    )
+    rain = BatchRain()
+    rain(clean)  # warm-up
+    numpy_t, batch_t = [], []
+    for b in range(batches):
+        t = time.perf_counter()
+        for i in range(batch):
+            add_rain(crops[(b + i) % len(crops)], rng)
+        numpy_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        rain(clean)
+        batch_t.append(time.perf_counter() - t)
+    return statistics.median(numpy_t), statistics.median(batch_t)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -100,6 +125,7 @@ def main() -> None:
     batches = max(5, args.steps // 2)
     t_load = loader_time(args.batch, args.patch, batches)
     t_aug = loader_time(args.batch, args.patch, batches, recipe_augment())
+    t_numpy, t_batch = procedural_times(args.batch, args.patch, batches)
     result = {
         "batch": args.batch,
         "patch": args.patch,
@@ -111,6 +137,9 @@ def main() -> None:
         "loader_over_step": t_load / t_cl,
         "augmented_loader_ms_per_batch": t_aug * 1e3,
         "augmented_over_plain_loader": t_aug / t_load,
+        "procedural_numpy_ms": t_numpy * 1e3,
+        "procedural_batch_rain_cpu_ms": t_batch * 1e3,
+        "batch_rain_over_numpy_cpu": t_batch / t_numpy,
     }
     rows = [
         (
@@ -124,6 +153,11 @@ def main() -> None:
         (
             "the same with the augment stage's rain-layer augmentation",
             f"{t_aug * 1e3:.0f} ms = {t_aug / t_load:.2f}x plain, {100 * t_aug / t_cl:.0f}% of a step",
+        ),
+        (
+            "procedural rain for a batch: numpy per image vs BatchRain (kornia) on this CPU",
+            f"{t_numpy * 1e3:.0f} vs {t_batch * 1e3:.0f} ms ({t_batch / t_numpy:.1f}x): on a CPU the workers' "
+            "path stays the default",
         ),
     ]
     if not args.quick:

@@ -20,8 +20,10 @@ import albumentations as A
 import cv2
 import lightning as L
 import numpy as np
+import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, get_worker_info
 
+from derain.batch_rain import BatchRain
 from derain.io import IMAGE_SUFFIXES, ImageReadError, list_images, natural_key, pair_name, read_rgb, to_tensor
 from derain.pairing import LAYOUTS, DataError, check_pairs, find_pairs
 from derain.synth import LayerAugment, add_rain, builtin_clean_images, transplant_layers
@@ -159,6 +161,10 @@ class Synthesis:
         rain_free_prob: share of synthetic samples left without rain (input = target), so the network learns to
             leave rain-free content, its brightness included, as it is.
         val_length: size of the fixed synthetic validation set when there are no validation pairs.
+        render_on_device: render the procedural rain on the training device, a batch at a time
+            (``derain.batch_rain.BatchRain``, kornia), instead of in the loader workers: for GPUs, whose steps
+            outrun CPU workers. Off by default: on a CPU the workers' numpy path is the faster one
+            (``benchmarks/train.py``).
     """
 
     builtin_photos: bool = False
@@ -169,6 +175,7 @@ class Synthesis:
     layer_augment: LayerAugment = field(default_factory=LayerAugment)
     rain_free_prob: float = 0.0
     val_length: int = 8
+    render_on_device: bool = False
 
     AUTO_LENGTH = 1000
 
@@ -411,7 +418,8 @@ class PairedDataset(_Seeded, Dataset):
         if self.transform is not None:
             out = self.transform(image=rain, clean=clean)
             rain, clean = out["image"], out["clean"]
-        return {"rain": to_tensor(rain), "clean": to_tensor(clean), "name": pair_name(self.pairs[index][1])}
+        name = pair_name(self.pairs[index][1])
+        return {"rain": to_tensor(rain), "clean": to_tensor(clean), "name": name, "render": False}
 
 
 class SyntheticRainDataset(_Seeded, Dataset):
@@ -435,6 +443,8 @@ class SyntheticRainDataset(_Seeded, Dataset):
         layer_augment: random gain, resizing, small turns of the transplanted layers, and the chance of a
             second layer on top (``derain.synth.LayerAugment``); None: layers as they are.
         rain_free_prob: share of items left without rain (input = target), drawn before the rain type.
+        defer_procedural: leave the procedural items' rain to the training device: their ``rain`` is the clean
+            crop and ``render`` is True (``DerainDataModule`` renders them with ``BatchRain``).
     """
 
     def __init__(
@@ -450,6 +460,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         rotate90: bool = False,
         layer_augment: LayerAugment | None = None,
         rain_free_prob: float = 0.0,
+        defer_procedural: bool = False,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -471,6 +482,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         self.rotate90 = rotate90
         self.layer_augment = layer_augment
         self.rain_free_prob = rain_free_prob
+        self.defer_procedural = defer_procedural
         self.transform = crop_transform(patch_size, random=True, turns="any")
         self.reseed(0)
 
@@ -486,6 +498,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         rng = self.rng
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = self.transform(image=image)["image"].astype(np.float32) / 255.0
+        render = False
         # Drawn only when used, so that without rain-free items the random stream is the same as before.
         if self.rain_free_prob > 0 and rng.random() < self.rain_free_prob:
             rainy = clean
@@ -493,11 +506,13 @@ class SyntheticRainDataset(_Seeded, Dataset):
             rainy = transplant_layers(
                 clean, self.rain_residuals, rng, rotate90=self.rotate90, augment=self.layer_augment
             )
+        elif self.defer_procedural:
+            rainy, render = clean, True
         else:
             rainy = add_rain(clean, rng)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
         rain_t, clean_t = (to_tensor(np.round(im * 255.0).astype(np.uint8)) for im in (rainy, clean))
-        return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}"}
+        return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}", "render": render}
 
 
 # ------------------------------------------------------------------------------------------ data module
@@ -584,6 +599,7 @@ class DerainDataModule(L.LightningDataModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        self._batch_rain: BatchRain | None = None
 
     # -- set-up steps --------------------------------------------------------------------------------------
 
@@ -699,6 +715,7 @@ class DerainDataModule(L.LightningDataModule):
                     rotate90=self.rotate90,
                     layer_augment=syn.layer_augment,
                     rain_free_prob=syn.rain_free_prob,
+                    defer_procedural=syn.render_on_device,
                 )
             )
         elif syn.rain_free_prob > 0:
@@ -743,6 +760,19 @@ class DerainDataModule(L.LightningDataModule):
             self._setup_fit()
         if stage in (None, "test") and self.test_set is None and (stage is not None or self.has_test_split()):
             self._setup_test()
+
+    # -- on the device -------------------------------------------------------------------------------------
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Render the deferred procedural rain of a training batch where the batch is (``render_on_device``)."""
+        render = batch.get("render") if isinstance(batch, dict) else None
+        if render is None or not bool(render.any()):
+            return batch
+        if self._batch_rain is None:
+            self._batch_rain = BatchRain()
+        rainy = self._batch_rain(batch["clean"][render])
+        batch["rain"][render] = torch.round(rainy * 255) / 255  # 8 bits, as the workers' samples are
+        return batch
 
     # -- loaders -------------------------------------------------------------------------------------------
 
