@@ -193,12 +193,6 @@ def _root_cause(err: BaseException) -> BaseException:
     return err
 
 
-def _has_test_split(datamodule) -> bool:
-    """Whether the data module has test pairs: ``pairs.root`` with a ``test/`` folder, or ``pairs.test_dirs``."""
-    pairs = getattr(datamodule, "pairs", None)
-    return pairs is not None and bool(pairs.test_folders())
-
-
 def format_test_table(
     results: dict[str, float], *, pairs: int | None = None, checkpoint: str | None = None
 ) -> str:
@@ -261,7 +255,7 @@ def run(args: list[str] | None = None) -> int:
         return 130
     log_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     best = callback.best_model_path or (str(last) if last.is_file() else "")
-    if cli.config.get("test", True) and _has_test_split(cli.datamodule):
+    if cli.config.get("test", True) and cli.datamodule.has_test_split():
         results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False)
         if trainer.is_global_zero:
             pairs = len(getattr(cli.datamodule, "test_pairs", ())) or None
