@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import resource
 import socket
 import threading
@@ -31,11 +31,7 @@ TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("age
 
 
 def load_app_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("derain_app", REPO / "app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("derain.app")
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,10 +34,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    spec = importlib.util.spec_from_file_location("derain_app", REPO / "app.py")
-    assert spec is not None and spec.loader is not None
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
+    app = importlib.import_module("derain.app")
     torch.manual_seed(0)
     demo = app.build_app(DerainNet(**TINY).eval(), warning=app.UNTRAINED_WARNING)
     with socket.socket() as s:

@@ -85,7 +85,7 @@ def test_the_wheel_ships_the_configs_and_an_install_finds_them(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
-    for name in ("derain", "configs"):
+    for name in ("derain", "configs", "datasets/examples"):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     (src / "configs" / "derain-small").mkdir(exist_ok=True)
     (src / "configs" / "derain-small" / "stage9.yaml").write_text("trainer:\n  max_steps: 9\n")

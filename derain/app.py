@@ -1,0 +1,256 @@
+"""Derain one photo in the browser: ``python -m derain.app`` (or ``derain-app``, or the repository's
+``python app.py``) then open http://127.0.0.1:7860.
+
+Upload a rainy photo (or click an example), press *Derain*, compare before/after with the slider and download
+the full-resolution PNG. Large photos are tiled; photos over ``--max-megapixels`` are refused with a message.
+Requests wait in a queue (``--concurrency`` photos derained at once); when ``--max-queue`` requests are already
+waiting, a new one is turned away with Gradio's "queue is full, try again" message instead of piling up.
+The click is also an API endpoint: ``gradio_client.Client(url).predict(handle_file(path), api_name="/derain")``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import cv2
+import gradio as gr
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from derain.inference import (
+    WeightsError,
+    add_ensemble_argument,
+    ensemble_flips,
+    load_image,
+    load_model,
+    restore,
+)
+from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
+from derain.models import DerainNet
+
+
+def examples_dir() -> Path:
+    """The example photos: ``derain/examples`` once installed, else ``datasets/examples`` of the source tree."""
+    here = Path(__file__).resolve().parent
+    installed = here / "examples"
+    return installed if installed.is_dir() else here.parent / "datasets" / "examples"
+
+
+EXAMPLES_DIR = examples_dir()
+MAX_MEGAPIXELS = 40.0
+MAX_QUEUE = 32  # requests allowed to wait; more are turned away with "queue is full, try again"
+DISPLAY_SIDE = 2048  # the slider shows a preview at most this long; the download keeps full resolution
+KEEP_OUTPUTS_S = 3600  # result PNGs older than this are removed from the app's temporary folder
+UNTRAINED_WARNING = (
+    "**Untrained network (random weights): the output is not derained.** For demos and tests only."
+)
+
+__all__ = ["build_app", "examples_dir", "main"]
+
+
+def _preview(image: np.ndarray) -> np.ndarray:
+    """Any array ``restore`` handles -> 8-bit RGB no longer than ``DISPLAY_SIDE`` pixels, for the slider."""
+    image = to_rgb8(image)
+    scale = DISPLAY_SIDE / max(image.shape[:2])
+    if scale < 1:
+        size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
+        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(image)
+
+
+def _pixel_count(path: Path) -> int | None:
+    """Pixels of the image at ``path`` read from its header alone; ``None`` when PIL cannot tell.
+
+    Raises:
+        gr.Error: the header is over PIL's decompression-bomb limit: refused before anything is decoded.
+    """
+    try:
+        h, w = image_size(path)
+    except ImageReadError as err:
+        if isinstance(err.__cause__, Image.DecompressionBombError):
+            raise gr.Error(
+                f"This photo has over {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.3g} megapixels, more than "
+                "this page decodes."
+            ) from None
+        return None  # a format PIL does not know: load_image decides
+    return h * w
+
+
+def _prune(folder: Path, max_age_s: float) -> None:
+    """Remove result folders (one per request) under ``folder`` older than ``max_age_s`` seconds."""
+    cutoff = time.time() - max_age_s
+    for sub in folder.iterdir():
+        if sub.is_dir() and sub.stat().st_mtime < cutoff:
+            for path in sub.iterdir():
+                path.unlink(missing_ok=True)
+            sub.rmdir()
+
+
+def build_app(
+    model: nn.Module,
+    *,
+    tile: int | None = None,
+    overlap: int = 32,
+    max_megapixels: float = MAX_MEGAPIXELS,
+    concurrency: int = 1,
+    max_queue: int = MAX_QUEUE,
+    warning: str | None = None,
+    ensemble: int = 1,
+) -> gr.Blocks:
+    """The Gradio page around ``model``, queued; ``.launch()`` it.
+
+    Args:
+        model: the deraining network (see :func:`derain.inference.load_model`).
+        tile: tile size for :func:`derain.inference.restore`; ``None`` tiles only large photos.
+        overlap: tile overlap in pixels.
+        max_megapixels: photos with more pixels than this are refused with a message.
+        concurrency: how many photos are derained at once (1 suits a CPU; more can help on a GPU).
+        max_queue: how many requests may wait for their turn; further ones get Gradio's "queue is full"
+            message at once (``gradio_client`` raises ``QueueError``). With ``max_megapixels`` and
+            ``concurrency`` it bounds the server's memory: only ``concurrency`` photos are decoded at a time.
+        warning: Markdown shown at the top of the page (e.g. that the weights are untrained).
+        ensemble: average over this many upright flips per photo (1, 2 or 4; see ``restore``), that many
+            times slower.
+
+    Returns:
+        The ``gr.Blocks`` app; its click event is exposed to API clients as ``/derain``.
+    """
+    ensemble_flips(ensemble)  # refuse a bad value at start-up, not at the first photo
+    if max_queue < 1 or concurrency < 1:
+        raise ValueError(f"max_queue and concurrency should be >= 1, got {max_queue} and {concurrency}")
+    out_root = Path(tempfile.mkdtemp(prefix="derain-app-"))
+    max_pixels = int(max_megapixels * 1e6)
+
+    def derain(photo: dict | None) -> tuple[tuple[np.ndarray, np.ndarray], str, str]:
+        """Derain the uploaded photo: (before, after) previews, the full-size PNG, and a status line.
+
+        The upload arrives as Gradio's file payload (``preprocess=False``), not decoded by Gradio, so that
+        files that are not images get a readable message from ``load_image`` rather than a PIL traceback.
+        """
+        if not photo or not photo.get("path"):
+            raise gr.Error("Upload a rainy photo first, or click one of the examples.")
+        source = Path(photo["path"])
+        name = photo.get("orig_name") or source.name
+        pixels = _pixel_count(source)
+        if pixels is not None and pixels > max_pixels:
+            raise gr.Error(
+                f"This photo has {pixels / 1e6:.1f} megapixels; the limit here is {max_megapixels:g}. "
+                "Use `python -m derain.infer` for very large photos."
+            )
+        try:
+            image = load_image(source)
+        except ValueError as err:  # ImageReadError: "cannot read image <cache path>: <reason>"
+            reason = str(err).rsplit(": ", 1)[-1]
+            raise gr.Error(f"{name} is not an image this page can read ({reason}).") from None
+        h, w = image.shape[:2]
+        if h * w > max_pixels:
+            raise gr.Error(
+                f"This photo has {h * w / 1e6:.1f} megapixels; the limit here is {max_megapixels:g}."
+            )
+        start = time.perf_counter()
+        result = restore(model, image, tile=tile, overlap=overlap, ensemble=ensemble)
+        seconds = time.perf_counter() - start
+        _prune(out_root, KEEP_OUTPUTS_S)
+        out_path = Path(tempfile.mkdtemp(dir=out_root)) / f"{Path(name).stem}-derained.png"
+        write_image_atomic(out_path, result)
+        status = f"Derained {w}×{h} pixels in **{seconds:.2f} s**"
+        status += f" (self-ensemble of {ensemble} passes)." if ensemble > 1 else "."
+        return (_preview(image), _preview(result)), str(out_path), status
+
+    with gr.Blocks(title="derain", delete_cache=(3600, 3600)) as demo:
+        gr.Markdown(
+            "# derain\nRemove rain streaks from a photo. Upload one or click an example, then *Derain*."
+        )
+        if warning:
+            gr.Markdown(warning, elem_id="warning")
+        with gr.Row():
+            with gr.Column():
+                photo = gr.Image(
+                    type="filepath",
+                    image_mode=None,
+                    sources=["upload", "clipboard"],
+                    label="Rainy photo",
+                    elem_id="photo",
+                )
+                button = gr.Button("Derain", variant="primary", elem_id="derain-button")
+                examples = sorted(EXAMPLES_DIR.glob("*.jpg"))
+                if examples:
+                    gr.Examples([[str(p)] for p in examples], inputs=[photo], label="Examples")
+            with gr.Column():
+                slider = gr.ImageSlider(
+                    label="Before / after", type="numpy", interactive=False, format="png", elem_id="result"
+                )
+                download = gr.File(label="Derained PNG (full resolution)", elem_id="download")
+                status = gr.Markdown(elem_id="status")
+        button.click(
+            derain, inputs=[photo], outputs=[slider, download, status], api_name="derain", preprocess=False
+        )
+    return demo.queue(default_concurrency_limit=concurrency, max_size=max_queue)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m derain.app", description="Derain photos in the browser.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument("--weights", type=Path, default=None, help="weights file (default: packaged weights)")
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="use an untrained network (page layout demos and tests only)",
+    )
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    parser.add_argument("--tile", type=int, default=None, help="tile size (default: tile only large photos)")
+    add_ensemble_argument(parser, "photo")
+    parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
+    parser.add_argument("--concurrency", type=int, default=1, help="photos derained at once (default 1)")
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=MAX_QUEUE,
+        help=f"requests allowed to wait; more are told the queue is full (default {MAX_QUEUE})",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the server; returns 2 with a message when no weights can be loaded."""
+    args = build_parser().parse_args(argv)
+    warning = None
+    if args.random_weights:
+        print(
+            "WARNING: --random-weights: the network is UNTRAINED; its output is not derained.",
+            file=sys.stderr,
+        )
+        torch.manual_seed(0)
+        model = DerainNet().to(args.device or "cpu").eval()
+        warning = UNTRAINED_WARNING
+    else:
+        try:
+            model = load_model(args.weights, device=args.device)
+        except WeightsError as err:
+            print(
+                f"error: {err}\n(or start with --random-weights to see the page with an untrained network)",
+                file=sys.stderr,
+            )
+            return 2
+    demo = build_app(
+        model,
+        tile=args.tile,
+        max_megapixels=args.max_megapixels,
+        concurrency=args.concurrency,
+        max_queue=args.max_queue,
+        warning=warning,
+        ensemble=args.ensemble,
+    )
+    demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(EXAMPLES_DIR)])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

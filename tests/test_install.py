@@ -1,0 +1,137 @@
+"""After a plain (non-editable) install, from an empty folder, the three uses work: training with a bundled
+config name, the batch command with the shipped weights, and the web page with its example photos."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = [
+    "--model.net.init_args.dim=8",
+    "--model.net.init_args.blocks=[1, 1]",
+    "--model.net.init_args.heads=[1, 1]",
+    "--model.net.init_args.mixers=[[tksa], [agent]]",
+    "--model.net.init_args.agents=4",
+]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The wheel built from a copy of the checkout, unpacked into a site folder as pip would install it; the
+    environment that puts it first on the path."""
+    tmp = tmp_path_factory.mktemp("install")
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("derain", "configs", "datasets/examples"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(tmp / "dist"),
+    ]
+    proc = subprocess.run([*build, str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp / "dist").glob("derain-*.whl")
+    site = tmp / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(site),
+        "NO_ALBUMENTATIONS_UPDATE": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
+    return site, env
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
+
+
+def test_training_with_a_bundled_config_name(installed, tmp_path) -> None:
+    site, env = installed
+    proc = run(["-m", "derain.fit", "--config", "rain100h.yaml", "--print_config"], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "root: datasets/Rain100H" in proc.stdout
+    args = [
+        "-m",
+        "derain.fit",
+        "--config",
+        "synthetic.yaml",
+        *TINY,
+        "--trainer.max_steps=2",
+        "--data.num_workers=0",
+    ]
+    args += [
+        "--data.synthesis.length=4",
+        "--data.synthesis.val_length=1",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+    ]
+    proc = run([*args, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]"], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "runs" / "synthetic" / "model.safetensors").is_file()
+    assert str(site / "derain") in run(["-c", "import derain; print(derain.__file__)"], tmp_path, env).stdout
+
+
+def test_the_batch_command_with_the_shipped_weights(installed, tmp_path) -> None:
+    _, env = installed
+    (tmp_path / "in").mkdir()
+    photo = np.random.default_rng(0).integers(0, 256, (40, 56, 3), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "in" / "rainy.png"), photo)
+    proc = run(["-m", "derain.infer", "in", "out", "--device", "cpu"], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert cv2.imread(str(tmp_path / "out" / "rainy.png")).shape == (40, 56, 3)
+
+
+def test_the_web_page_with_its_example_photos(installed, tmp_path) -> None:
+    site, env = installed
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "derain.app", "--port", str(port), "--device", "cpu"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        page = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5) as response:
+                    page = response.read().decode()
+                break
+            except OSError:
+                time.sleep(1)
+        assert server.poll() is None, server.stderr.read()[-2000:] if server.stderr else ""
+        assert "Derain" in page and "chelsea-rain.jpg" in page  # the page, with the packaged examples
+        code = "from derain.app import EXAMPLES_DIR; print(EXAMPLES_DIR)"
+        assert run(["-c", code], tmp_path, env).stdout.strip() == str(site / "derain" / "examples")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
