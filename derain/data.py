@@ -8,6 +8,7 @@ built, and an unset variable is an error that names it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -217,27 +218,46 @@ def content_signature(image: np.ndarray) -> np.ndarray:
 
 def _signatures(paths: Sequence[Path]) -> np.ndarray:
     try:
-        return np.stack([content_signature(read_rgb(p)).ravel() for p in paths]).astype(np.float64)
+        return np.stack([content_signature(read_rgb(p)).ravel() for p in paths])
     except ImageReadError as err:
         raise DataError(str(err)) from None
+
+
+def shows_any(candidates: np.ndarray, references: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """Which candidate signatures show one of the reference signatures, flipped or turned or not.
+
+    Args:
+        candidates: (n, SIGNATURE_SIDE²) signatures (``content_signature``, flattened).
+        references: (m, SIGNATURE_SIDE²) signatures.
+        chunk: candidates compared per matrix product (bounds memory on large sets).
+
+    Returns:
+        bool (n,): RMS difference below ``OVERLAP_RMS`` to some orientation of some reference.
+    """
+    if len(candidates) == 0 or len(references) == 0:
+        return np.zeros(len(candidates), bool)
+    side = SIGNATURE_SIDE
+    square = references.reshape(-1, side, side)
+    turned = np.stack([np.rot90(r if k < 4 else r[:, ::-1], k % 4).ravel() for r in square for k in range(8)])
+    turned = turned.astype(np.float32)
+    ref_sq = (turned**2).sum(1)[None, :]
+    hits = []
+    for start in range(0, len(candidates), chunk):
+        block = candidates[start : start + chunk].astype(np.float32)
+        sq = (block**2).sum(1)[:, None] + ref_sq - 2.0 * block @ turned.T
+        hits.append(np.sqrt(np.maximum(sq, 0.0) / block.shape[1]).min(axis=1) < OVERLAP_RMS)
+    return np.concatenate(hits)
 
 
 def overlapping(train_cleans: Sequence[Path], test_cleans: Sequence[Path]) -> list[int]:
     """Indices of ``train_cleans`` whose image is one of ``test_cleans``, flipped or turned or not.
 
-    One matrix product compares every training signature with the 8 orientations of every test signature
-    (1800 × 100 images: a few seconds, most of it reading the files).
+    Matrix products compare every training signature with the 8 orientations of every test signature
+    (1800 × 100 images: about 15 s on 2 cores, most of it reading the files; ``benchmarks/overlap.py``).
     """
     if not train_cleans or not test_cleans:
         return []
-    train = _signatures(train_cleans)
-    side = SIGNATURE_SIDE
-    test = _signatures(test_cleans).reshape(-1, side, side)
-    turned = [np.rot90(t if k < 4 else t[:, ::-1], k % 4) for t in test for k in range(8)]
-    test8 = np.stack([t.ravel() for t in turned])
-    sq = (train**2).sum(1)[:, None] + (test8**2).sum(1)[None, :] - 2.0 * train @ test8.T
-    rms = np.sqrt(np.maximum(sq, 0.0) / train.shape[1]).min(axis=1)
-    return np.flatnonzero(rms < OVERLAP_RMS).tolist()
+    return np.flatnonzero(shows_any(_signatures(train_cleans), _signatures(test_cleans))).tolist()
 
 
 def find_overlap(train_dir: str | os.PathLike, test_dir: str | os.PathLike) -> list[str]:
@@ -329,20 +349,26 @@ def crop_transform(patch_size: int | None, *, random: bool, turns: str) -> A.Com
 
 
 class _Seeded:
-    """A dataset's random stream: a numpy generator and its albumentations transform, reseeded per worker."""
+    """A dataset's random stream: a numpy generator and its albumentations transform, reseeded per worker.
 
+    The stream is seeded by the dataset's ``seed``, its ``SALT`` (so two kinds of dataset never draw the same
+    sequence), the worker's torch seed and the process's rank (so DDP ranks, which share a global seed, differ).
+    """
+
+    SALT = 0
     seed: int
     transform: A.Compose | None
 
-    def reseed(self, worker_seed: int) -> None:
+    def reseed(self, worker_seed: int, rank: int = 0) -> None:
         """Start this process's stream (``DerainDataModule``'s ``worker_init_fn`` calls it in every worker)."""
-        self.rng = np.random.default_rng([self.seed, worker_seed])
+        self.rng = np.random.default_rng([self.seed, self.SALT, worker_seed, rank])
         if self.transform is not None:
             self.transform.set_random_seed(int(self.rng.integers(2**31)))
 
 
-def seed_worker(worker_id: int) -> None:
-    """``worker_init_fn``: give every dataset in this worker its own stream, from the worker's torch seed."""
+def seed_worker(worker_id: int, rank: int = 0) -> None:
+    """``worker_init_fn``: give every dataset in this worker its own stream, from the worker's torch seed and the
+    process's rank (bind ``rank`` with ``functools.partial``)."""
     info = get_worker_info()
     if info is None:
         return
@@ -352,7 +378,7 @@ def seed_worker(worker_id: int) -> None:
         if isinstance(dataset, ConcatDataset):
             stack.extend(dataset.datasets)
         elif isinstance(dataset, _Seeded):
-            dataset.reseed(info.seed)
+            dataset.reseed(info.seed, rank)
 
 
 class PairedDataset(_Seeded, Dataset):
@@ -447,6 +473,8 @@ class SyntheticRainDataset(_Seeded, Dataset):
             crop and ``render`` is True (``DerainDataModule`` renders them with ``BatchRain``).
     """
 
+    SALT = 1
+
     def __init__(
         self,
         clean_images: Sequence[np.ndarray],
@@ -524,8 +552,9 @@ def _indices_from(pairs: Sequence[Pair], folders: Sequence[str], option: str) ->
     found = [i for i, (rain, _) in enumerate(pairs) if rain.resolve() in wanted]
     if not found:
         raise DataError(
-            f"{option} {list(folders)}: none of these folders' pairs are among the training pairs; list "
-            "folders that are also in root/train or train_dirs"
+            f"{option} {list(folders)}: none of these folders' pairs are among the training pairs: list folders "
+            "that are also in root/train or train_dirs, whose pairs were not all excluded, dropped as test "
+            "overlap or held out"
         )
     return found
 
@@ -595,6 +624,7 @@ class DerainDataModule(L.LightningDataModule):
         self.test_pairs: list[Pair] = []
         self.excluded_pairs: list[Pair] = []
         self.overlap_pairs: list[Pair] = []
+        self.dropped_photos = 0
         self.clean_images: list[np.ndarray] = []
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
@@ -616,9 +646,12 @@ class DerainDataModule(L.LightningDataModule):
         entries = read_name_list(self.pairs.exclude_list)
         listed = _listed(entries, self.pairs.train_folders(), self.pairs.exclude_list)
         kept: list[Pair] = []
-        for names, pairs in zip(listed, per_folder, strict=True):
+        for folder, names, pairs in zip(self.pairs.train_folders(), listed, per_folder, strict=True):
             for pair in pairs:
                 (self.excluded_pairs if _canonical(pair_name(pair[1])) in names else kept).append(pair)
+            unmatched = names - {_canonical(pair_name(c)) for _, c in pairs}
+            if unmatched:
+                log.warning("exclude_list: no pair named %s in %s", ", ".join(sorted(unmatched)), folder)
         log.info("excluded %d training pairs listed in %s", len(self.excluded_pairs), self.pairs.exclude_list)
         return kept
 
@@ -660,7 +693,8 @@ class DerainDataModule(L.LightningDataModule):
         return [p for i, p in enumerate(pairs) if i not in held]
 
     def _clean_photos(self) -> list[np.ndarray]:
-        """Step 5: the clean photos synthetic rain is rendered on."""
+        """Step 5: the clean photos synthetic rain is rendered on, minus any that shows a validation or test
+        image (a photo pool can hold the very backgrounds of held-out pairs: BSDS500 and Rain100H's)."""
         images: list[np.ndarray] = []
         for folder in self.synthesis.clean_dirs:
             files = list_images(folder, recursive=True)
@@ -674,6 +708,19 @@ class DerainDataModule(L.LightningDataModule):
                 raise DataError(str(err)) from None
         if self.synthesis.builtin_photos:
             images += builtin_clean_images()
+        held = [c for _, c in self.val_pairs]
+        if self.pairs.drop_test_overlap:
+            held += [c for folder in self.pairs.test_folders() for _, c in find_pairs(folder)]
+        if images and held:
+            shown = shows_any(np.stack([content_signature(im).ravel() for im in images]), _signatures(held))
+            if shown.any():
+                log.warning(
+                    "dropped %d of %d clean photos that show a validation or test image (by content)",
+                    int(shown.sum()),
+                    len(images),
+                )
+            self.dropped_photos = int(shown.sum())
+            images = [im for im, hit in zip(images, shown, strict=True) if not hit]
         return images
 
     def _rain_layers(self, real: PairedDataset | None) -> list[np.ndarray]:
@@ -784,7 +831,9 @@ class DerainDataModule(L.LightningDataModule):
             drop_last=train,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
-            worker_init_fn=seed_worker,
+            worker_init_fn=functools.partial(
+                seed_worker, rank=self.trainer.global_rank if self.trainer else 0
+            ),
         )
 
     def train_dataloader(self) -> DataLoader:

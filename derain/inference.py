@@ -90,10 +90,27 @@ def packaged_weights() -> Path:
 
 
 def _build(record: object, state: dict[str, torch.Tensor], path: Path) -> nn.Module:
-    """The network a file's record describes, with the file's weights."""
+    """The network a file's record describes, with the file's weights.
+
+    The network is first built without memory (on the ``meta`` device) and its tensor shapes compared with the
+    file's, so a record with huge sizes is an error, not an allocation.
+    """
     try:
+        with torch.device("meta"):
+            shapes = {k: tuple(v.shape) for k, v in build_network(record).state_dict().items()}
+        wrong = sorted(
+            k
+            for k in shapes.keys() | state.keys()
+            if k not in state or k not in shapes or tuple(state[k].shape) != shapes[k]
+        )
+        if wrong:
+            raise WeightsError(
+                f"{path}: the weights do not fit the stored network: {len(wrong)} tensor(s) differ, e.g. {wrong[0]}"
+            )
         net = build_network(record)
     except ValueError as err:
+        if isinstance(err, WeightsError):
+            raise
         raise WeightsError(f"{path}: {err}") from None
     try:
         net.load_state_dict(state, strict=True)

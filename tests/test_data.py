@@ -19,6 +19,7 @@ from derain.data import (
     Synthesis,
     SyntheticRainDataset,
     check_pairs,
+    content_signature,
     find_overlap,
     find_pairs,
     read_name_list,
@@ -495,3 +496,52 @@ def test_dataloader_workers_draw_different_random_streams(tmp_path: Path) -> Non
         loader = torch.utils.data.DataLoader(data, batch_size=1, num_workers=2, worker_init_fn=seed_worker)
         items = {b["rain"].numpy().tobytes() for b in loader}
         assert len(items) == 4, f"{type(data).__name__}: workers repeated each other's random crops"
+
+
+def test_clean_photos_that_show_a_held_out_or_test_image_are_dropped(tmp_path: Path) -> None:
+    for i in range(1, 5):  # train pairs 1-4 (rainy = clean + 40); test pair 9
+        write(tmp_path / "root" / "train" / "norain" / f"{i}.png", _photo(i))
+        write(tmp_path / "root" / "train" / "rain" / f"{i}.png", cv2.add(_photo(i), 40))
+    write(tmp_path / "root" / "test" / "norain" / "9.png", _photo(9))
+    write(tmp_path / "root" / "test" / "rain" / "9.png", cv2.add(_photo(9), 40))
+    # the photo pool holds every background: a turned one of each training pair, the test one, and one other
+    for i in (1, 2, 3, 4, 9):
+        write(tmp_path / "clean" / f"{i}.png", np.ascontiguousarray(np.rot90(_photo(i))))
+    write(tmp_path / "clean" / "other.png", _photo(77))
+    pairs = PairSources(root=str(tmp_path / "root"), val_fraction=0.5)
+    dm = DerainDataModule(
+        pairs=pairs,
+        synthesis=Synthesis(clean_dirs=(str(tmp_path / "clean"),), length=4),
+        patch_size=16,
+        batch_size=2,
+        num_workers=0,
+    )
+    dm.setup("fit")
+    held = {p[1].name for p in dm.val_pairs}
+    assert len(held) == 2 and dm.dropped_photos == 3  # the two held-out backgrounds and the test one
+    kept = {content_signature(im).tobytes() for im in dm.clean_images}
+    for name in [*held, "9.png"]:
+        assert content_signature(np.ascontiguousarray(np.rot90(_photo(int(name[0]))))).tobytes() not in kept
+    assert len(dm.clean_images) == 3
+
+
+def test_each_kind_of_dataset_and_each_rank_draws_its_own_stream(tmp_path: Path) -> None:
+    make_pairs(tmp_path, ["1.png"], ["1.png"])
+    paired = PairedDataset(find_pairs(tmp_path), patch_size=16, augment=True)
+    synthetic = SyntheticRainDataset([noise(64, 64)], length=4, patch_size=16)
+    draws = {}
+    for rank in (0, 1):
+        for data in (paired, synthetic):
+            data.reseed(123, rank)
+            draws[(type(data).__name__, rank)] = data.rng.integers(2**31, size=4).tolist()
+    assert len({tuple(v) for v in draws.values()}) == 4
+
+
+def test_exclude_list_names_that_match_nothing_are_reported(tmp_path: Path, caplog) -> None:
+    make_pairs(tmp_path / "a", ["1.png", "2.png"], ["1.png", "2.png"])
+    (tmp_path / "exclude.txt").write_text("a/1\na/7\n")
+    options = dict(val_fraction=0.0, exclude_list=str(tmp_path / "exclude.txt"))
+    dm = DerainDataModule(**small_synthetic_data(tmp_path, tmp_path / "a", **options))
+    with caplog.at_level("WARNING"):
+        dm.setup("fit")
+    assert len(dm.excluded_pairs) == 1 and "no pair named 7" in caplog.text

@@ -4,11 +4,13 @@ and checkpoints, and the only thing loading builds from."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
 
 from derain.export import FORMAT, export_checkpoint, save_net
@@ -109,9 +111,15 @@ def test_version_1_files_still_load(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("record", "match"),
     [
-        ({"class_path": "os.system", "init_args": {}}, "not a torch.nn.Module class"),
+        ({"class_path": "os.system", "init_args": {}}, "not a network class"),
+        (
+            {"class_path": "torch.nn.Linear", "init_args": {"in_features": 9, "out_features": 9}},
+            "not a network",
+        ),
+        ({"class_path": "antigravity.Fly", "init_args": {}}, "outside derain and its module is not imported"),
         ({"class_path": "derain.models.nope.Net", "init_args": {}}, "cannot import"),
         ({"class_path": "derain.models.DerainNet", "init_args": {"depth": 3}}, "depth"),
+        ({"class_path": "derain.models.DerainNet", "init_args": {"dim": 0}}, "cannot build"),
         ({"init_args": {}}, "class_path"),
     ],
 )
@@ -127,6 +135,52 @@ def test_bad_records_are_errors_naming_the_problem(tmp_path: Path, record: dict,
     )
     with pytest.raises(WeightsError, match="bad.safetensors"):
         load_model(tmp_path / "bad.safetensors", device="cpu")
+
+
+def test_a_weights_file_never_makes_derain_import_code() -> None:
+    with pytest.raises(ValueError, match="not imported"):
+        build_network({"class_path": "this.Zen", "init_args": {}})
+    assert "this" not in sys.modules and "antigravity" not in sys.modules
+
+
+def test_huge_sizes_in_a_record_are_refused_before_any_allocation(tmp_path: Path) -> None:
+    net = DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),))
+    record = {**network_record(net), "init_args": {**net.init_args, "dim": 4_000_000}}  # ~TBs if allocated
+    save_file(
+        {k: v.contiguous() for k, v in net.state_dict().items()},
+        tmp_path / "huge.safetensors",
+        metadata={"format": FORMAT, "net": json.dumps(record)},
+    )
+    with pytest.raises(WeightsError, match=r"huge\.safetensors: the weights do not fit the stored network"):
+        load_model(tmp_path / "huge.safetensors", device="cpu")
+
+
+class WithOptions(Recorded, nn.Module):
+    def __init__(self, width: int = 4, **options: float):
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 1)
+        self.options = options
+
+
+def test_keyword_options_are_recorded_as_the_keywords_they_were() -> None:
+    net = WithOptions(width=5, gain=0.5)
+    assert net.init_args == {"width": 5, "gain": 0.5}
+    assert build_network(network_record(net)).options == {"gain": 0.5}
+
+
+def test_classes_that_cannot_be_rebuilt_by_name_are_refused() -> None:
+    with pytest.raises(TypeError, match=r"\*args"):
+
+        class Positional(Recorded, nn.Module):
+            def __init__(self, *sizes: int):
+                super().__init__()
+
+    class Local(Recorded, nn.Module):
+        def __init__(self, width: int = 2):
+            super().__init__()
+
+    with pytest.raises(TypeError, match="cannot be imported by name"):
+        network_record(Local())
 
 
 def test_a_network_without_a_record_cannot_be_exported(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import functools
 import importlib
 import inspect
 import json
+import sys
 from typing import Any
 
 from torch import nn
@@ -46,6 +47,9 @@ class Recorded:
         if init is None:
             return
         signature = inspect.signature(init)
+        if any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values()):
+            raise TypeError(f"{cls.__qualname__}.__init__ takes *args: a record needs named arguments")
+        var_keyword = [p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD]
 
         @functools.wraps(init)
         def recording_init(self, *args: Any, **kw: Any) -> None:
@@ -55,6 +59,8 @@ class Recorded:
                 bound.apply_defaults()
                 arguments = dict(bound.arguments)
                 arguments.pop(next(iter(signature.parameters)))  # self
+                for name in var_keyword:  # **options are recorded as the keywords they were
+                    arguments.update(arguments.pop(name, {}))
                 try:
                     self.init_args = _jsonable(arguments)
                 except TypeError as err:
@@ -78,13 +84,20 @@ def network_record(net: nn.Module) -> dict[str, Any]:
             "inherit derain.models.Recorded"
         )
     cls = type(net)
+    if "<locals>" in cls.__qualname__ or "." in cls.__qualname__ or cls.__module__ == "__main__":
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} cannot be imported by name: define network classes at the top "
+            "level of an importable module"
+        )
     return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
 
 
 def build_network(record: Any) -> nn.Module:
-    """The network a record describes: imports ``class_path`` and calls it with ``init_args``.
+    """The network a record describes: finds ``class_path`` and calls it with ``init_args``.
 
-    Only classes are built, and only ``torch.nn.Module`` subclasses (a record never names another callable).
+    A record comes from a file, so it is not trusted with imports: derain's own modules are imported on demand,
+    any other module only if it is imported already (the program that defined the network imported it; a
+    weights file can never make derain import code). Only ``Recorded`` network classes are built.
 
     Raises:
         ValueError: the record is malformed, its class cannot be imported or is not a network, or the
@@ -96,13 +109,19 @@ def build_network(record: Any) -> nn.Module:
     if not isinstance(init_args, dict):
         raise ValueError(f"{class_path}: init_args should be a dict, got {type(init_args).__name__}")
     module_name, _, name = class_path.rpartition(".")
+    own = module_name == "derain" or module_name.startswith("derain.")
+    if module_name not in sys.modules and not own:
+        raise ValueError(
+            f"the network class {class_path!r} is outside derain and its module is not imported: import "
+            f"{module_name} before loading (a weights file does not make derain import code)"
+        )
     try:
         cls = getattr(importlib.import_module(module_name), name) if module_name else None
     except (ImportError, AttributeError) as err:
         raise ValueError(f"cannot import the network class {class_path!r}: {err}") from None
-    if not (inspect.isclass(cls) and issubclass(cls, nn.Module)):
-        raise ValueError(f"{class_path!r} is not a torch.nn.Module class")
+    if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and issubclass(cls, Recorded)):
+        raise ValueError(f"{class_path!r} is not a network class (a torch.nn.Module that inherits Recorded)")
     try:
         return cls(**init_args)
-    except (TypeError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - whatever the constructor raises, it is this record's fault
         raise ValueError(f"cannot build {class_path} from init_args {init_args}: {err}") from None
