@@ -33,16 +33,10 @@ from derain.inference import (
 )
 from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
 from derain.models import DerainNet
+from derain.resources import shipped_folder
 
-
-def examples_dir() -> Path:
-    """The example photos: ``derain/examples`` once installed, else ``datasets/examples`` of the source tree."""
-    here = Path(__file__).resolve().parent
-    installed = here / "examples"
-    return installed if installed.is_dir() else here.parent / "datasets" / "examples"
-
-
-EXAMPLES_DIR = examples_dir()
+EXAMPLES_DIR = shipped_folder("examples", "datasets/examples")
+"""The example photos: ``derain/examples`` once installed, else ``datasets/examples`` of the source tree."""
 MAX_MEGAPIXELS = 40.0
 MAX_QUEUE = 32  # requests allowed to wait; more are turned away with "queue is full, try again"
 DISPLAY_SIDE = 2048  # the slider shows a preview at most this long; the download keeps full resolution
@@ -51,7 +45,7 @@ UNTRAINED_WARNING = (
     "**Untrained network (random weights): the output is not derained.** For demos and tests only."
 )
 
-__all__ = ["build_app", "examples_dir", "main"]
+__all__ = ["build_app", "main"]
 
 
 def _preview(image: np.ndarray) -> np.ndarray:

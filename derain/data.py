@@ -189,8 +189,6 @@ class Synthesis:
         check_probability("rain_free_prob", self.rain_free_prob)
         if self.length < 0 or self.val_length < 0:
             raise DataError(f"length and val_length must be >= 0, got {self.length} and {self.val_length}")
-        if isinstance(self.layer_augment, dict):  # built from a plain dict (a test, or a YAML read by hand)
-            object.__setattr__(self, "layer_augment", LayerAugment(**self.layer_augment))
 
     @property
     def used(self) -> bool:
@@ -657,11 +655,11 @@ class DerainDataModule(L.LightningDataModule):
 
     def _drop_test_overlap(self, pairs: list[Pair]) -> list[Pair]:
         """Step 3: drop the training pairs whose clean image is a test clean image (by content)."""
-        folders = self.pairs.test_folders()
-        if not self.pairs.drop_test_overlap or not folders or not pairs:
+        if not self.pairs.drop_test_overlap or not self.has_test_split() or not pairs:
             return pairs
-        test_cleans = [c for folder in folders for _, c in find_pairs(folder)]
-        hits = set(overlapping([c for _, c in pairs], test_cleans))
+        hits = set(
+            np.flatnonzero(shows_any(_signatures([c for _, c in pairs]), self._test_signatures)).tolist()
+        )
         self.overlap_pairs = [p for i, p in enumerate(pairs) if i in hits]
         message = (
             f"dropped {len(hits)} of {len(pairs)} training pairs whose clean image shows a test image "
@@ -708,11 +706,13 @@ class DerainDataModule(L.LightningDataModule):
                 raise DataError(str(err)) from None
         if self.synthesis.builtin_photos:
             images += builtin_clean_images()
-        held = [c for _, c in self.val_pairs]
-        if self.pairs.drop_test_overlap:
-            held += [c for folder in self.pairs.test_folders() for _, c in find_pairs(folder)]
+        held = [_signatures([c for _, c in self.val_pairs])] if self.val_pairs else []
+        if self.pairs.drop_test_overlap and self.has_test_split():
+            held.append(self._test_signatures)
         if images and held:
-            shown = shows_any(np.stack([content_signature(im).ravel() for im in images]), _signatures(held))
+            shown = shows_any(
+                np.stack([content_signature(im).ravel() for im in images]), np.concatenate(held)
+            )
             if shown.any():
                 log.warning(
                     "dropped %d of %d clean photos that show a validation or test image (by content)",
@@ -788,6 +788,11 @@ class DerainDataModule(L.LightningDataModule):
                 seed=self.seed + 1_000_003,
                 fixed=True,
             )
+
+    @functools.cached_property
+    def _test_signatures(self) -> np.ndarray:
+        """Content signatures of the test split's clean images, read once for both content checks."""
+        return _signatures([c for folder in self.pairs.test_folders() for _, c in find_pairs(folder)])
 
     def has_test_split(self) -> bool:
         """Whether there are test pairs to score (``root/test`` or ``pairs.test_dirs``)."""

@@ -25,6 +25,7 @@ from .data import DataError, DerainDataModule
 from .export import export_checkpoint
 from .inference import WeightsError
 from .lit import DerainLitModule, NonFiniteLossError
+from .resources import shipped_folder
 
 __all__ = ["DerainCLI", "ConfigNotFoundError", "bundled_config_dir", "resolve_config_args", "main"]
 
@@ -38,9 +39,7 @@ class ConfigNotFoundError(FileNotFoundError):
 def bundled_config_dir() -> Path:
     """The configs that ship with derain: ``derain/configs`` in an installed wheel, else ``configs/`` beside the
     package (a source checkout, installed editable or not)."""
-    here = Path(__file__).resolve().parent
-    installed = here / "configs"
-    return installed if installed.is_dir() else here.parent / "configs"
+    return shipped_folder("configs", "configs")
 
 
 def resolve_config_args(args: list[str], configs: Path | None = None) -> list[str]:

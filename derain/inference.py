@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -92,31 +93,23 @@ def packaged_weights() -> Path:
 def _build(record: object, state: dict[str, torch.Tensor], path: Path) -> nn.Module:
     """The network a file's record describes, with the file's weights.
 
-    The network is first built without memory (on the ``meta`` device) and its tensor shapes compared with the
-    file's, so a record with huge sizes is an error, not an allocation.
+    The network is built without memory (on the ``meta`` device) and takes the file's tensors as they are
+    (``assign``), so it is built once, and a record with huge sizes is a shape error, not an allocation. A
+    network with tensors the file does not hold (non-persistent buffers) is then built for real.
     """
     try:
         with torch.device("meta"):
-            shapes = {k: tuple(v.shape) for k, v in build_network(record).state_dict().items()}
-        wrong = sorted(
-            k
-            for k in shapes.keys() | state.keys()
-            if k not in state or k not in shapes or tuple(state[k].shape) != shapes[k]
-        )
-        if wrong:
-            raise WeightsError(
-                f"{path}: the weights do not fit the stored network: {len(wrong)} tensor(s) differ, e.g. {wrong[0]}"
-            )
-        net = build_network(record)
+            net = build_network(record)
     except ValueError as err:
-        if isinstance(err, WeightsError):
-            raise
         raise WeightsError(f"{path}: {err}") from None
     try:
-        net.load_state_dict(state, strict=True)
+        net.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0:2]
         raise WeightsError(f"{path}: the weights do not fit the stored network: {' '.join(first)}") from None
+    if any(t.is_meta for t in itertools.chain(net.parameters(), net.buffers())):
+        net = build_network(record)
+        net.load_state_dict(state, strict=True)
     return net
 
 

@@ -9,6 +9,17 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 """The development data beside the checkout (``../shared/data``); absent in a user's fresh clone."""
 
 
+TINY_NET = [
+    "--model.net.class_path=derain.models.DerainNet",
+    "--model.net.init_args.dim=8",
+    "--model.net.init_args.blocks=[1, 1]",
+    "--model.net.init_args.heads=[1, 1]",
+    '--model.net.init_args.mixers=[["tksa"], ["agent"]]',
+    "--model.net.init_args.agents=4",
+]
+"""``derain.fit`` arguments for a two-level, 8-channel DerainNet: training runs in tests take seconds."""
+
+
 def need_shared_data(folder: Path = SHARED_DATA) -> None:
     """Skip the calling test, with the reason, when ``folder`` of the shared data is not on this machine."""
     if not folder.is_dir():

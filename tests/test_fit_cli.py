@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from derain.fit import ConfigNotFoundError, bundled_config_dir, resolve_config_args
+from derain.fit import ConfigNotFoundError, resolve_config_args
 from derain.fit import main as fit_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,45 +72,3 @@ def test_the_usage_line_names_the_module(capsys):
     with pytest.raises(SystemExit):
         fit_main(["--help"])
     assert capsys.readouterr().out.startswith("usage: python -m derain.fit ")
-
-
-def test_the_wheel_ships_the_configs_and_an_install_finds_them(tmp_path):
-    # build from a copy, so the checkout gets no build/ folder
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(REPO / name, src / name)
-    for name in ("derain", "configs", "datasets/examples"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (src / "configs" / "derain-small").mkdir(exist_ok=True)
-    (src / "configs" / "derain-small" / "stage9.yaml").write_text("trainer:\n  max_steps: 9\n")
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    proc = subprocess.run([*build, "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (wheel,) = (tmp_path / "dist").glob("derain-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {
-        f"derain/configs/{p.relative_to(REPO / 'configs').as_posix()}"
-        for p in bundled_config_dir().rglob("*.yaml")
-    }
-    assert shipped and shipped | {"derain/configs/derain-small/stage9.yaml"} <= names
-
-    # installed (unpacked on the path, as pip would), run from a folder without configs/
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site), "NO_ALBUMENTATIONS_UPDATE": "1"}
-    code = (
-        "import derain.fit as f; print(f.__file__); "
-        "print(*f.resolve_config_args(['--config', 'rain100h.yaml', '--config=derain-small/stage9.yaml']))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    where, resolved = proc.stdout.splitlines()
-    assert where == str(site / "derain" / "fit.py")
-    assert resolved.split() == [
-        "--config",
-        str(site / "derain/configs/rain100h.yaml"),
-        f"--config={site / 'derain/configs/derain-small/stage9.yaml'}",
-    ]

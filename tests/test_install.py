@@ -16,21 +16,15 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from helpers import TINY_NET
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = [
-    "--model.net.init_args.dim=8",
-    "--model.net.init_args.blocks=[1, 1]",
-    "--model.net.init_args.heads=[1, 1]",
-    "--model.net.init_args.mixers=[[tksa], [agent]]",
-    "--model.net.init_args.agents=4",
-]
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """The wheel built from a copy of the checkout, unpacked into a site folder as pip would install it; the
-    environment that puts it first on the path."""
+    """The wheel built from a copy of the checkout (with one config added, ``derain-small/stage9.yaml``),
+    unpacked into a site folder as pip would install it; the environment that puts it first on the path."""
     tmp = tmp_path_factory.mktemp("install")
     src = tmp / "src"
     src.mkdir()
@@ -38,6 +32,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         shutil.copy(REPO / name, src / name)
     for name in ("derain", "configs", "datasets/examples"):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "configs" / "derain-small" / "stage9.yaml").write_text("trainer:\n  max_steps: 9\n")
     build = [
         sys.executable,
         "-m",
@@ -69,6 +64,23 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -
     )
 
 
+def test_the_wheel_ships_every_config_and_an_install_finds_them(installed, tmp_path) -> None:
+    site, env = installed
+    shipped = {p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*.yaml")}
+    installed_configs = {
+        p.relative_to(site / "derain/configs").as_posix() for p in (site / "derain/configs").rglob("*.yaml")
+    }
+    assert shipped and installed_configs == shipped | {"derain-small/stage9.yaml"}
+    code = "import derain.fit as f; print(*f.resolve_config_args(['--config', 'rain100h.yaml', '--config=derain-small/stage9.yaml']))"
+    proc = run(["-c", code], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [
+        "--config",
+        str(site / "derain/configs/rain100h.yaml"),
+        f"--config={site / 'derain/configs/derain-small/stage9.yaml'}",
+    ]
+
+
 def test_training_with_a_bundled_config_name(installed, tmp_path) -> None:
     site, env = installed
     proc = run(["-m", "derain.fit", "--config", "rain100h.yaml", "--print_config"], tmp_path, env)
@@ -79,7 +91,7 @@ def test_training_with_a_bundled_config_name(installed, tmp_path) -> None:
         "derain.fit",
         "--config",
         "synthetic.yaml",
-        *TINY,
+        *TINY_NET,
         "--trainer.max_steps=2",
         "--data.num_workers=0",
     ]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import TINY_NET
 from safetensors import safe_open
 
 from derain.export import export_checkpoint, read_checkpoint_net, save_net
@@ -26,14 +27,6 @@ from derain.metrics import DerainMetrics
 from derain.models import DerainNet, network_record
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_NET = [
-    "--model.net.class_path=derain.models.DerainNet",
-    "--model.net.init_args.dim=8",
-    "--model.net.init_args.blocks=[1, 1]",
-    "--model.net.init_args.heads=[1, 1]",
-    '--model.net.init_args.mixers=[["tksa"], ["agent"]]',
-    "--model.net.init_args.agents=4",
-]
 QUIET = [
     "--trainer.enable_progress_bar=false",
     "--trainer.logger=false",
