@@ -11,7 +11,11 @@ Measures, on this machine's CPU (or ``--device``):
 3. max / mean absolute difference (8-bit levels) between tiled (128 px tiles, 32 overlap) and whole-image
    output on a 256×384 photo;
 4. seconds per 321×481 photo of ``restore`` with ``ensemble`` 1, 2 and 4 (self-ensemble of flips), interleaved
-   rounds after a warm-up, median per setting and the ratio to ``ensemble=1``.
+   rounds after a warm-up, median per setting and the ratio to ``ensemble=1``;
+5. the two backends side by side: seconds per photo of ``restore`` with torch eager and with onnxruntime (the
+   ONNX graph of the same weights, ``--onnx FILE`` or exported once into the cache) at 321×481 and 854×480,
+   interleaved rounds, median and the ratio; and the largest difference between their outputs (8-bit levels)
+   on the example photos at three sizes. ``--no-onnx`` skips it.
 
 Without ``--weights`` it uses the packaged weights, or, when none ship yet, a default ``DerainNet()`` with
 random init (seed 0): speed and memory are the same as trained weights, the tiling difference is not.
@@ -39,6 +43,7 @@ from derain.export import save_net
 from derain.infer import main as infer_main
 from derain.inference import WeightsNotFoundError, load_model, packaged_weights, restore
 from derain.models import DerainNet
+from derain.onnx import OnnxNet, cached_onnx
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,6 +99,10 @@ def main() -> None:
     parser.add_argument("--tile", type=int, default=512, help="tile size for the large photo")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds per ensemble setting")
+    parser.add_argument(
+        "--onnx", type=Path, default=None, help="ONNX file of --weights (default: cached export)"
+    )
+    parser.add_argument("--no-onnx", action="store_true", help="skip the backend comparison")
     parser.add_argument("--child-large", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rounds < 1:
@@ -159,6 +168,38 @@ def main() -> None:
         ensemble_s = {n: float(np.median(t)) for n, t in times.items()}
         results["ensemble_seconds"] = ensemble_s
 
+        # 5. torch eager against onnxruntime, interleaved
+        backend_rows = []
+        if not args.no_onnx:
+            onnx_net = OnnxNet(args.onnx or cached_onnx(weights))
+            torch_net = load_model(weights, device="cpu")
+            parity = 0
+            for size in ((321, 481), (333, 517), (480, 854)):
+                for img in photos(3, size):
+                    a = restore(torch_net, img).astype(int)
+                    b = restore(onnx_net, img).astype(int)
+                    parity = max(parity, int(np.abs(a - b).max()))
+            results["onnx_vs_torch_max_levels"] = parity
+            backend_rows.append(("onnxruntime vs torch, 9 photos, 3 sizes", f"max {parity} levels"))
+            for size in ((321, 481), (480, 854)):
+                photo = photos(1, size)[0]
+                per: dict[str, list[float]] = {"torch": [], "onnxruntime": []}
+                for _ in range(args.rounds + 1):  # the first round warms both up and is dropped
+                    for name, net in (("torch", torch_net), ("onnxruntime", onnx_net)):
+                        start = time.perf_counter()
+                        restore(net, photo, tile=0)
+                        per[name].append(time.perf_counter() - start)
+                med = {name: float(np.median(t[1:])) for name, t in per.items()}
+                key = f"{size[1]}x{size[0]}"
+                results[f"backend_seconds_{key}"] = med
+                backend_rows.append(
+                    (
+                        f"restore {key}: torch / onnxruntime",
+                        f"{med['torch']:.3f} s / {med['onnxruntime']:.3f} s "
+                        f"(onnxruntime {med['torch'] / med['onnxruntime']:.2f}× torch's speed)",
+                    )
+                )
+
     rows = [
         ("weights", note),
         ("device / threads", f"{args.device} / {results['threads']}"),
@@ -173,6 +214,7 @@ def main() -> None:
             (f"restore 321×481, ensemble {n}", f"{sec:.3f} s ({sec / ensemble_s[1]:.2f}× ensemble 1)")
             for n, sec in ensemble_s.items()
         ),
+        *backend_rows,
     ]
     width = max(len(k) for k, _ in rows)
     print(f"{'measure':<{width}}  value")

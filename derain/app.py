@@ -24,7 +24,7 @@ from PIL import Image
 from torch import nn
 
 from derain.inference import (
-    WeightsError,
+    add_backend_argument,
     add_ensemble_argument,
     ensemble_flips,
     load_image,
@@ -34,10 +34,12 @@ from derain.inference import (
 from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
 from derain.models import DerainNet
 from derain.resources import shipped_folder
+from derain.video import VideoError, derain_video, probe
 
 EXAMPLES_DIR = shipped_folder("examples", "datasets/examples")
 """The example photos: ``derain/examples`` once installed, else ``datasets/examples`` of the source tree."""
 MAX_MEGAPIXELS = 40.0
+MAX_VIDEO_SECONDS = 10.0  # longer clips are refused with a message: python -m derain.infer has no limit
 MAX_QUEUE = 32  # requests allowed to wait; more are turned away with "queue is full, try again"
 DISPLAY_SIDE = 2048  # the slider shows a preview at most this long; the download keeps full resolution
 KEEP_OUTPUTS_S = 3600  # result PNGs older than this are removed from the app's temporary folder
@@ -96,6 +98,7 @@ def build_app(
     max_queue: int = MAX_QUEUE,
     warning: str | None = None,
     ensemble: int = 1,
+    max_video_seconds: float = MAX_VIDEO_SECONDS,
 ) -> gr.Blocks:
     """The Gradio page around ``model``, queued; ``.launch()`` it.
 
@@ -111,9 +114,11 @@ def build_app(
         warning: Markdown shown at the top of the page (e.g. that the weights are untrained).
         ensemble: average over this many upright flips per photo (1, 2 or 4; see ``restore``), that many
             times slower.
+        max_video_seconds: longest clip the video tab accepts; longer ones get a message.
 
     Returns:
-        The ``gr.Blocks`` app; its click event is exposed to API clients as ``/derain``.
+        The ``gr.Blocks`` app; its click events are exposed to API clients as ``/derain`` (photo) and
+        ``/derain_video``.
     """
     ensemble_flips(ensemble)  # refuse a bad value at start-up, not at the first photo
     if max_queue < 1 or concurrency < 1:
@@ -157,13 +162,58 @@ def build_app(
         status += f" (self-ensemble of {ensemble} passes)." if ensemble > 1 else "."
         return (_preview(image), _preview(result)), str(out_path), status
 
+    def derain_clip(clip: str | None, progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
+        """Derain every frame of the uploaded clip: the derained MP4 (H.264, audio kept) and a status line."""
+        if not clip:
+            raise gr.Error("Upload a short rainy video first.")
+        source = Path(clip)
+        try:
+            info = probe(source)
+        except VideoError:
+            raise gr.Error(f"{source.name} is not a video this page can read.") from None
+        if info.seconds > max_video_seconds:
+            raise gr.Error(
+                f"This clip is {info.seconds:.1f} s long; the limit here is {max_video_seconds:g} s. "
+                "Use `python -m derain.infer clip.mp4 out.mp4` for longer videos."
+            )
+        if info.width * info.height > max_pixels:
+            raise gr.Error(
+                f"This clip's frames have {info.width * info.height / 1e6:.1f} megapixels; the limit here is "
+                f"{max_megapixels:g}."
+            )
+        total = max(info.frames, 1)
+        start = time.perf_counter()
+        _prune(out_root, KEEP_OUTPUTS_S)
+        out_path = Path(tempfile.mkdtemp(dir=out_root)) / f"{source.stem}-derained.mp4"
+        try:
+            result = derain_video(
+                model,
+                source,
+                out_path,
+                tile=tile,
+                overlap=overlap,
+                ensemble=ensemble,
+                max_frames=int(max_video_seconds * info.fps) + 1,
+                on_frame=lambda done: progress(min(done / total, 1.0), desc=f"frame {done} of {total}"),
+            )
+        except VideoError as err:
+            reason = str(err).split(": ", 1)[-1]
+            raise gr.Error(f"{source.name}: {reason}") from None
+        seconds = time.perf_counter() - start
+        status = (
+            f"Derained {result.frames} frames of {result.width}×{result.height} in **{seconds:.1f} s** "
+            f"({result.frames / seconds:.2f} frames/s); audio {result.audio}."
+        )
+        return str(out_path), status
+
     with gr.Blocks(title="derain", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(
-            "# derain\nRemove rain streaks from a photo. Upload one or click an example, then *Derain*."
+            "# derain\nRemove rain streaks from a photo or a short video. Upload one or click an example, "
+            "then *Derain*."
         )
         if warning:
             gr.Markdown(warning, elem_id="warning")
-        with gr.Row():
+        with gr.Tab("Photo"), gr.Row():
             with gr.Column():
                 photo = gr.Image(
                     type="filepath",
@@ -182,8 +232,24 @@ def build_app(
                 )
                 download = gr.File(label="Derained PNG (full resolution)", elem_id="download")
                 status = gr.Markdown(elem_id="status")
+        with gr.Tab("Video"), gr.Row():
+            with gr.Column():
+                clip = gr.Video(
+                    sources=["upload"],
+                    label=f"Rainy video (up to {max_video_seconds:g} s)",
+                    elem_id="clip",
+                )
+                clip_button = gr.Button("Derain video", variant="primary", elem_id="derain-video-button")
+            with gr.Column():
+                clip_result = gr.Video(
+                    label="Derained video (H.264)", interactive=False, elem_id="clip-result"
+                )
+                clip_status = gr.Markdown(elem_id="clip-status")
         button.click(
             derain, inputs=[photo], outputs=[slider, download, status], api_name="derain", preprocess=False
+        )
+        clip_button.click(
+            derain_clip, inputs=[clip], outputs=[clip_result, clip_status], api_name="derain_video"
         )
     return demo.queue(default_concurrency_limit=concurrency, max_size=max_queue)
 
@@ -201,7 +267,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     parser.add_argument("--tile", type=int, default=None, help="tile size (default: tile only large photos)")
     add_ensemble_argument(parser, "photo")
+    add_backend_argument(parser)
     parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
+    parser.add_argument(
+        "--max-video-seconds",
+        type=float,
+        default=MAX_VIDEO_SECONDS,
+        help=f"longest clip the video tab accepts (default {MAX_VIDEO_SECONDS:g})",
+    )
     parser.add_argument("--concurrency", type=int, default=1, help="photos derained at once (default 1)")
     parser.add_argument(
         "--max-queue",
@@ -226,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         warning = UNTRAINED_WARNING
     else:
         try:
-            model = load_model(args.weights, device=args.device)
-        except WeightsError as err:
+            model = load_model(args.weights, device=args.device, backend=args.backend)
+        except ValueError as err:  # WeightsError, or a backend that cannot run here
             print(
                 f"error: {err}\n(or start with --random-weights to see the page with an untrained network)",
                 file=sys.stderr,
@@ -241,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         max_queue=args.max_queue,
         warning=warning,
         ensemble=args.ensemble,
+        max_video_seconds=args.max_video_seconds,
     )
     demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(EXAMPLES_DIR)])
     return 0

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .inference import WeightsError, add_ensemble_argument, load_model, restore
+from .inference import add_backend_argument, add_ensemble_argument, load_model, restore
 from .io import list_images, read_rgb, to_tensor
 from .metrics import DerainMetrics
 from .pairing import match_by_name
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overlap", type=int, default=32, help="tile overlap for --rain (default 32)")
     parser.add_argument("--device", default=None, help="device for --rain (default: cuda if available)")
     add_ensemble_argument(parser, "image (with --rain)")
+    add_backend_argument(parser)
     parser.add_argument("--csv", type=Path, default=None, help="write per-image scores to this CSV file")
     parser.add_argument("--json", action="store_true", help="print one JSON object (means, count) on stdout")
     parser.add_argument(
@@ -196,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     model = None
     if args.rain is not None:
         try:
-            model = load_model(args.weights, device=args.device)
-        except WeightsError as err:
+            model = load_model(args.weights, device=args.device, backend=args.backend)
+        except ValueError as err:  # WeightsError, or a backend that cannot run here
             print(f"error: {err}", file=sys.stderr)
             return 2
     names = None

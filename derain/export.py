@@ -1,6 +1,8 @@
-"""Export a training checkpoint to a safetensors file that rebuilds `DerainNet` without Lightning.
+"""Export a training checkpoint to a safetensors file that rebuilds `DerainNet` without Lightning, or a
+checkpoint or weights file to an ONNX model (when the output name ends in ``.onnx``, see ``derain.onnx``).
 
     python -m derain.export runs/synthetic/checkpoints/best.ckpt model.safetensors
+    python -m derain.export model.safetensors model.onnx
 
 The file holds the network's state dict as tensors and, in its metadata, ``format = derain-net-v2`` and
 ``net = {"class_path": ..., "init_args": {...}}`` (JSON), the network's record as LightningCLI writes it:
@@ -115,11 +117,28 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("checkpoint", help="Lightning .ckpt written by derain.fit")
-    parser.add_argument("output", help="destination .safetensors file")
+    parser.add_argument(
+        "checkpoint",
+        help="Lightning .ckpt written by derain.fit (or, for an .onnx output, a .safetensors file)",
+    )
+    parser.add_argument("output", help="destination: a .safetensors file, or an .onnx file (ONNX model)")
+    parser.add_argument(
+        "--opset", type=int, default=None, help="ONNX opset (17 or newer; default derain.onnx.OPSET)"
+    )
     args = parser.parse_args(argv)
     try:
-        out = export_checkpoint(args.checkpoint, args.output)
+        if args.output.endswith(".onnx"):
+            from .inference import load_model
+            from .onnx import OPSET, export_onnx
+
+            net = load_model(args.checkpoint, device="cpu")
+            out = export_onnx(
+                net, args.output, opset=args.opset or OPSET, metadata={"source": Path(args.checkpoint).name}
+            )
+        elif args.opset is not None:
+            raise ValueError("--opset applies to .onnx outputs only")
+        else:
+            out = export_checkpoint(args.checkpoint, args.output)
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

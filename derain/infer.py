@@ -1,8 +1,12 @@
-"""Derain a folder of photos: ``python -m derain.infer IN_DIR OUT_DIR``.
+"""Derain a folder of photos and videos, or one file: ``python -m derain.infer IN OUT``.
 
-Resumable (finished outputs are skipped; each is written atomically), robust (unreadable files are reported
-by path and the rest processed), and shardable (``--shard i/n`` splits one folder over n processes).
-Exit status: 0 when every image was derained or already done, 1 when some failed, 2 on a usage error.
+``IN`` is a folder (every image and video in it) or one image or video; ``OUT`` is a folder, or for one input
+file also the output file (``python -m derain.infer clip.mp4 out.mp4``). Videos are derained frame by frame
+into H.264 with their audio (``derain.video``); the progress bar counts frames.
+
+Resumable (finished outputs are skipped; each is written atomically, videos too), robust (unreadable files are
+reported by path and the rest processed), and shardable (``--shard i/n`` splits one folder over n processes).
+Exit status: 0 when every file was derained or already done, 1 when some failed, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -18,10 +22,18 @@ import numpy as np
 from torch import nn
 from tqdm import tqdm
 
-from .inference import DEFAULT_TILE, WeightsError, add_ensemble_argument, load_image, load_model, restore
+from .inference import (
+    DEFAULT_TILE,
+    add_backend_argument,
+    add_ensemble_argument,
+    load_image,
+    load_model,
+    restore,
+)
 from .io import IMAGE_SUFFIXES, write_image_atomic
+from .video import VIDEO_SUFFIXES, VideoError, derain_video, probe, video_output_suffix
 
-__all__ = ["Summary", "find_images", "output_path", "parse_shard", "run", "main"]
+__all__ = ["Summary", "find_inputs", "is_video", "output_path", "parse_shard", "run", "main"]
 
 JPEG_QUALITY = 95
 _DEEP_SUFFIXES = (".png", ".tif", ".tiff")  # formats that hold 16-bit samples through OpenCV
@@ -37,6 +49,7 @@ class Summary:
     failed: int = 0
     ignored: int = 0
     seconds: float = 0.0
+    frames: int = 0
     failed_paths: list[Path] = field(default_factory=list)
 
     @property
@@ -44,7 +57,11 @@ class Summary:
         return self.ok / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
-        return f"ok {self.ok}, skipped {self.skipped}, failed {self.failed}, {self.images_per_second:.2f} images/s"
+        if self.frames:
+            speed = f"{self.frames} video frames, {self.frames / max(self.seconds, 1e-9):.2f} frames/s"
+        else:
+            speed = f"{self.images_per_second:.2f} images/s"
+        return f"ok {self.ok}, skipped {self.skipped}, failed {self.failed}, {speed}"
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -62,14 +79,20 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def find_images(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
-    """Image files under ``in_dir`` (by suffix, hidden files left out), sorted, and the count of other files."""
+def is_video(path: Path) -> bool:
+    """Whether ``derain.infer`` treats ``path`` as a video (by suffix)."""
+    return path.suffix.lower() in VIDEO_SUFFIXES
+
+
+def find_inputs(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
+    """Image and video files under ``in_dir`` (by suffix, hidden files left out), sorted, and the count of
+    other files."""
     candidates = in_dir.rglob("*") if recursive else in_dir.iterdir()
     images, ignored = [], 0
     for path in candidates:
         if not path.is_file() or any(part.startswith(".") for part in path.relative_to(in_dir).parts):
             continue
-        if path.suffix.lower() in IMAGE_SUFFIXES:
+        if path.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES:
             images.append(path)
         else:
             ignored += 1
@@ -77,9 +100,13 @@ def find_images(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
 
 
 def output_path(path: Path, in_dir: Path, out_dir: Path, fmt: str) -> Path:
-    """Where the result for ``path`` goes: the same relative path under ``out_dir``, suffix set by ``fmt``."""
+    """Where the result for ``path`` goes: the same relative path under ``out_dir``, suffix set by ``fmt``
+    (images) or by ``derain.video.video_output_suffix`` (videos)."""
     rel = path.relative_to(in_dir)
-    suffix = path.suffix if fmt == "same" else f".{fmt}"
+    if is_video(path):
+        suffix = video_output_suffix(path)
+    else:
+        suffix = path.suffix if fmt == "same" else f".{fmt}"
     return (out_dir / rel).with_suffix(suffix)
 
 
@@ -97,23 +124,39 @@ def _encode_params(suffix: str) -> list[int]:
     return [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY] if suffix.lower() in _NO_ALPHA_SUFFIXES else []
 
 
+def _frame_count(path: Path) -> int:
+    """Frames the progress bar expects from ``path``: 1 for an image, the header's count for a video."""
+    if not is_video(path):
+        return 1
+    try:
+        return max(probe(path).frames, 1)
+    except VideoError:
+        return 1  # reported when it is derained
+
+
 def run(args: argparse.Namespace, model: nn.Module) -> Summary:
-    """Derain every selected image of ``args.in_dir`` into ``args.out_dir`` (see ``main`` for the options)."""
+    """Derain every selected image and video of ``args.in_dir`` (a folder, or one file) into ``args.out_dir``
+    (see ``main`` for the options)."""
     in_dir, out_dir = Path(args.in_dir), Path(args.out_dir)
-    images, ignored = find_images(in_dir, recursive=args.recursive)
+    if in_dir.is_file():
+        images, ignored = [in_dir], 0
+    else:
+        images, ignored = find_inputs(in_dir, recursive=args.recursive)
     if args.shard is not None:
         i, n = args.shard
         images = images[i::n]
     summary = Summary(ignored=ignored)
     if ignored:
         print(
-            f"ignoring {ignored} file(s) without an image suffix ({', '.join(IMAGE_SUFFIXES)})",
+            f"ignoring {ignored} file(s) without an image or video suffix "
+            f"({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)})",
             file=sys.stderr,
         )
     claimed: dict[Path, Path] = {}
     todo: list[tuple[Path, Path]] = []
     for path in images:
-        out = output_path(path, in_dir, out_dir, args.format)
+        out = getattr(args, "out_file", None) if in_dir.is_file() else None
+        out = out or output_path(path, in_dir.parent if in_dir.is_file() else in_dir, out_dir, args.format)
         if out in claimed:
             summary.failed += 1
             summary.failed_paths.append(path)
@@ -126,20 +169,43 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
             todo.append((path, out))
 
     start = time.perf_counter()
-    with tqdm(todo, desc="derain", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
-        for path, out in bar:
+    expected = {path: _frame_count(path) for path, _ in todo}
+    with tqdm(
+        total=sum(expected.values()), desc="derain", unit="frame", file=sys.stderr, dynamic_ncols=True
+    ) as bar:
+        for path, out in todo:
             bar.set_postfix_str(path.name, refresh=False)
+            end = bar.n + expected[path]
             try:
-                image = load_image(path)
-                result = restore(model, image, tile=args.tile, overlap=args.overlap, ensemble=args.ensemble)
-                result = _fit_to_format(result, out.suffix)
-                write_image_atomic(out, result, params=_encode_params(out.suffix))
+                if is_video(path):
+                    result = derain_video(
+                        model,
+                        path,
+                        out,
+                        tile=args.tile,
+                        overlap=args.overlap,
+                        ensemble=args.ensemble,
+                        on_frame=lambda _done: bar.update(1),
+                    )
+                    summary.frames += result.frames
+                    if result.audio.startswith("dropped"):
+                        bar.write(f"{path}: audio {result.audio}", file=sys.stderr)
+                else:
+                    image = load_image(path)
+                    result = restore(
+                        model, image, tile=args.tile, overlap=args.overlap, ensemble=args.ensemble
+                    )
+                    result = _fit_to_format(result, out.suffix)
+                    write_image_atomic(out, result, params=_encode_params(out.suffix))
             except Exception as err:  # report and go on: one bad file must not stop a folder of thousands
                 summary.failed += 1
                 summary.failed_paths.append(path)
-                bar.write(f"failed: {path}: {err}", file=sys.stderr)
+                reason = str(err).removeprefix(f"{path}: ")  # VideoError starts with the file already
+                bar.write(f"failed: {path}: {reason}", file=sys.stderr)
             else:
                 summary.ok += 1
+            if bar.n < end:  # an image, or a video that failed or had fewer frames than its header said
+                bar.update(end - bar.n)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -147,14 +213,23 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m derain.infer",
-        description="Derain every image in IN_DIR and write the results to OUT_DIR (same names).",
-    )
-    parser.add_argument("in_dir", metavar="IN_DIR", type=Path, help="folder of rainy images")
-    parser.add_argument(
-        "out_dir", metavar="OUT_DIR", type=Path, help="output folder (created; not inside IN_DIR)"
+        description="Derain every image and video in IN and write the results to OUT (same names), or one "
+        "file IN to the file or folder OUT. Videos become H.264 with their audio.",
     )
     parser.add_argument(
-        "--weights", type=Path, default=None, help="weights file (.safetensors or .ckpt); default: packaged"
+        "in_dir", metavar="IN", type=Path, help="folder of rainy images and videos, or one file"
+    )
+    parser.add_argument(
+        "out_dir",
+        metavar="OUT",
+        type=Path,
+        help="output folder (created; not inside IN); for one input file also an output file name",
+    )
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=None,
+        help="weights file (.safetensors or .ckpt; .onnx with --backend onnxruntime); default: packaged",
     )
     parser.add_argument(
         "--tile",
@@ -166,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--overlap", type=int, default=32, help="pixels shared by neighbouring tiles (default 32)"
     )
     add_ensemble_argument(parser)
+    add_backend_argument(parser)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     parser.add_argument("--overwrite", action="store_true", help="redo images whose output already exists")
     parser.add_argument("--recursive", action="store_true", help="include subfolders, mirrored in OUT_DIR")
@@ -190,12 +266,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     in_dir, out_dir = args.in_dir.resolve(), args.out_dir.resolve()
-    if not in_dir.is_dir():
-        print(f"error: IN_DIR {args.in_dir} is not a folder", file=sys.stderr)
+    args.out_file = None
+    if in_dir.is_file():
+        if not (is_video(in_dir) or in_dir.suffix.lower() in IMAGE_SUFFIXES):
+            print(f"error: IN {args.in_dir} is neither an image nor a video (by its suffix)", file=sys.stderr)
+            return 2
+        if out_dir.suffix and not out_dir.is_dir():  # an output file name
+            if is_video(in_dir) != is_video(out_dir) or (
+                not is_video(out_dir) and out_dir.suffix.lower() not in IMAGE_SUFFIXES
+            ):
+                kind = "a video" if is_video(in_dir) else "an image"
+                print(f"error: OUT {args.out_dir} should name {kind} file like IN", file=sys.stderr)
+                return 2
+            args.out_file = out_dir
+            out_dir = out_dir.parent
+        if out_dir == in_dir or (args.out_file or out_dir) == in_dir:
+            print(f"error: OUT {args.out_dir} would overwrite IN", file=sys.stderr)
+            return 2
+    elif not in_dir.is_dir():
+        print(f"error: IN {args.in_dir} is neither a folder nor a file", file=sys.stderr)
         return 2
-    if out_dir == in_dir or in_dir in out_dir.parents:
+    elif out_dir == in_dir or in_dir in out_dir.parents:
         print(
-            f"error: OUT_DIR {args.out_dir} is inside IN_DIR {args.in_dir}; choose a folder outside it",
+            f"error: OUT {args.out_dir} is inside IN {args.in_dir}; choose a folder outside it",
             file=sys.stderr,
         )
         return 2
@@ -207,13 +300,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        model = load_model(args.weights, device=args.device)
-    except WeightsError as err:
+        model = load_model(args.weights, device=args.device, backend=args.backend)
+    except ValueError as err:  # WeightsError, or a backend that cannot run here
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (RuntimeError, AssertionError) as err:  # torch's words for an unknown or unavailable device
         print(f"error: cannot use --device {args.device!r}: {err}", file=sys.stderr)
         return 2
+    args.in_dir, args.out_dir = in_dir, out_dir
     summary = run(args, model)
     print(summary.line())
     return 1 if summary.failed else 0

@@ -29,7 +29,10 @@ from .io import read_image
 from .models import build_network
 
 __all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
     "DEFAULT_TILE",
+    "add_backend_argument",
     "ENSEMBLE_FLIPS",
     "add_ensemble_argument",
     "ensemble_flips",
@@ -46,6 +49,12 @@ __all__ = [
     "tile_starts",
     "blend_window",
 ]
+
+BACKENDS = ("torch", "onnxruntime")
+"""What ``load_model(backend=...)`` and ``--backend`` accept."""
+
+DEFAULT_BACKEND = "torch"
+"""The command lines' default ``--backend`` (README "Speed": torch eager against onnxruntime)."""
 
 WEIGHTS_FORMAT = FORMAT
 """The ``format`` entry of a weights file's safetensors metadata (``derain-net-v2``)."""
@@ -148,7 +157,10 @@ def _load_lightning(path: Path) -> nn.Module:
 
 
 def load_model(
-    weights: str | os.PathLike | None = None, device: str | torch.device | None = None
+    weights: str | os.PathLike | None = None,
+    device: str | torch.device | None = None,
+    *,
+    backend: str = "torch",
 ) -> nn.Module:
     """Build the network a weights file records (``class_path`` + ``init_args``) with its weights, in eval mode.
 
@@ -158,19 +170,32 @@ def load_model(
             Lightning ``.ckpt`` from ``DerainLitModule``. ``None`` loads the weights that ship in the package
             (``derain/weights/derain-small.safetensors``).
         device: where to put the model; ``None`` picks ``cuda`` when available, else ``cpu``.
+        backend: ``"torch"``, or ``"onnxruntime"`` for the network's ONNX graph run by onnxruntime on the CPU
+            (``derain.onnx.OnnxNet``): an ``.onnx`` file from ``derain.export`` is used as it is, weights
+            files are exported once and cached (``derain.onnx.cached_onnx``).
 
     Returns:
-        The network in eval mode on ``device``.
+        The network in eval mode on ``device`` (an ``OnnxNet`` with ``backend="onnxruntime"``).
 
     Raises:
         WeightsNotFoundError: the file does not exist, or ``weights=None`` and no trained weights ship yet.
         WeightsError: the file is not a readable derain weights file (the message names it).
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend should be one of {BACKENDS}, got {backend!r}")
     path = packaged_weights() if weights is None else Path(weights)
     if not path.is_file():
         raise WeightsNotFoundError(f"weights file {path} does not exist")
     if path.stat().st_size == 0:
         raise WeightsError(f"{path}: the weights file is empty")
+    if backend == "onnxruntime":
+        if device is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"the onnxruntime backend runs on the CPU; got device {str(device)!r}")
+        from .onnx import OnnxNet, cached_onnx
+
+        return OnnxNet(path if path.suffix == ".onnx" else cached_onnx(path)).eval()
+    if path.suffix == ".onnx":
+        raise WeightsError(f"{path}: an ONNX file runs with backend onnxruntime (--backend onnxruntime)")
     if path.suffix == ".ckpt":
         net = _load_lightning(path)
     elif path.suffix == ".safetensors":
@@ -259,6 +284,18 @@ def ensemble_flips(ensemble: int) -> tuple[tuple[int, ...], ...]:
     if ensemble not in ENSEMBLE_FLIPS:
         raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
     return ENSEMBLE_FLIPS[ensemble]
+
+
+def add_backend_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--backend {torch,onnxruntime}`` option shared by ``derain.infer``, ``derain.evaluate`` and the
+    web page."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=DEFAULT_BACKEND,
+        help=f"what runs the network (default {DEFAULT_BACKEND}): torch, or onnxruntime on the CPU (an .onnx "
+        "file from derain.export, or the weights exported once and cached)",
+    )
 
 
 def add_ensemble_argument(parser: argparse.ArgumentParser, scope: str = "image") -> None:

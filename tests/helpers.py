@@ -47,3 +47,46 @@ def grads_finite(module: nn.Module, x: Tensor, *, zero_ok: tuple[str, ...] = ())
         assert p.grad.isfinite().all(), f"{name}: non-finite gradient"
         assert name in zero_ok or p.grad.any(), f"{name}: gradient zero everywhere (a dead branch?)"
     return y
+
+
+def make_clip(
+    path: Path, *, frames: int = 8, size: tuple[int, int] = (64, 96), fps: int = 10, audio: bool = True
+):
+    """Write a small H.264 video (a bright bar moving over grey) with, by default, an AAC tone as audio."""
+    import av
+    import numpy as np
+
+    h, w = size
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("libx264", rate=fps)
+        video.width, video.height = w, h
+        video.pix_fmt = "yuv420p" if h % 2 == 0 and w % 2 == 0 else "yuv444p"
+        sound = container.add_stream("aac", rate=16000) if audio else None
+        if sound is not None:
+            sound.layout = "mono"
+        for i in range(frames):
+            image = np.full((h, w, 3), 90, np.uint8)
+            image[:, (i * 5) % w : (i * 5) % w + 10] = 200
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts = i
+            container.mux(video.encode(frame))
+        container.mux(video.encode(None))
+        if sound is not None:
+            samples = 16000 * frames // fps
+            tone = (0.3 * np.sin(2 * np.pi * 440 * np.arange(samples) / 16000)).astype(np.float32)[None]
+            for start in range(0, samples, 1024):
+                chunk = av.AudioFrame.from_ndarray(
+                    tone[:, start : start + 1024], format="fltp", layout="mono"
+                )
+                chunk.sample_rate, chunk.pts = 16000, start
+                container.mux(sound.encode(chunk))
+            container.mux(sound.encode(None))
+    return path
+
+
+def read_frames(path: Path):
+    """Every frame of a video as RGB uint8 arrays, in order."""
+    import av
+
+    with av.open(str(path)) as container:
+        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]

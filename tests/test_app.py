@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 import torch
 from gradio_client import Client, handle_file
+from helpers import make_clip
 from PIL import Image
 from torch import Tensor, nn
 
 from derain.inference import load_image, restore
 from derain.models import DerainNet
+from derain.video import probe
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
@@ -80,6 +82,25 @@ def test_derain_endpoint_returns_before_after_and_png(client: Client, tmp_path: 
     assert result.shape == (90, 130, 3) and result.dtype == np.uint8  # full resolution, tiled (tile=64)
     assert cv2.imread(before).shape == cv2.imread(after).shape == (90, 130, 3)  # slider previews
     assert status.startswith("Derained 130×90 pixels in") and status.endswith("(self-ensemble of 2 passes).")
+
+
+def test_video_tab_derains_a_clip_with_its_audio(client: Client, tmp_path: Path) -> None:
+    make_clip(tmp_path / "rainy.mp4", frames=6, size=(48, 64), fps=10)
+    result, status = client.predict(handle_file(str(tmp_path / "rainy.mp4")), api_name="/derain_video")
+    path = Path(result["video"] if isinstance(result, dict) else result)
+    assert path.name == "rainy-derained.mp4"
+    info = probe(path)
+    assert (info.frames, info.width, info.height, info.fps, info.audio) == (6, 64, 48, 10.0, "aac")
+    assert status.startswith("Derained 6 frames of 64×48 in") and status.endswith("audio kept (aac).")
+
+
+def test_video_tab_refuses_long_clips_and_non_videos(client: Client, tmp_path: Path) -> None:
+    make_clip(tmp_path / "long.mp4", frames=12, size=(32, 32), fps=1, audio=False)  # 12 s > 10 s
+    with pytest.raises(Exception, match="This clip is 12.0 s long; the limit here is 10 s"):
+        client.predict(handle_file(str(tmp_path / "long.mp4")), api_name="/derain_video")
+    (tmp_path / "fake.mp4").write_bytes(b"not a video")
+    with pytest.raises(Exception, match="fake.mp4 is not a video this page can read"):
+        client.predict(handle_file(str(tmp_path / "fake.mp4")), api_name="/derain_video")
 
 
 def test_examples_are_small_rainy_photos() -> None:

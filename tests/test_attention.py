@@ -15,7 +15,7 @@ from derain.models import (
     agent_attention,
     topk_channel_attention,
 )
-from derain.models.attention import reference_topk_channel_attention
+from derain.models.attention import adaptive_avg_pool, reference_topk_channel_attention
 
 RATIOS = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
 
@@ -213,3 +213,9 @@ def test_agent_layer_keeps_its_broadcast_weights_for_maps():
     weights, size = attn.last_weights
     assert size == (10, 12) and weights.shape == (1, 2, 120, 9)
     assert torch.allclose(weights.sum(-1), torch.ones(1, 2, 120))
+
+
+@pytest.mark.parametrize(("h", "w", "side"), [(7, 7, 7), (13, 29, 7), (5, 3, 2), (40, 24, 3)])
+def test_adaptive_avg_pool_matches_torch(h: int, w: int, side: int) -> None:
+    x = torch.randn(2, 3, h, w, dtype=torch.float64)
+    torch.testing.assert_close(adaptive_avg_pool(x, side), F.adaptive_avg_pool2d(x, side))

@@ -63,7 +63,7 @@ def test_folder_with_good_and_broken_files(
     assert "ok 5, skipped 0, failed 2," in captured.out and "images/s" in captured.out
     assert f"failed: {photos / 'corrupt.png'}: " in captured.err
     assert f"failed: {photos / 'empty.jpg'}: " in captured.err and "the file is empty" in captured.err
-    assert "ignoring 1 file(s) without an image suffix" in captured.err
+    assert "ignoring 1 file(s) without an image or video suffix" in captured.err
     assert sorted(p.name for p in out.iterdir()) == [
         "deep.png",
         "good.png",
@@ -155,10 +155,10 @@ def test_parse_shard() -> None:
 
 def test_usage_errors_exit_2(photos: Path, tiny_weights: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(photos), str(photos / "out"), "--weights", str(tiny_weights)]) == 2
-    assert "is inside IN_DIR" in capsys.readouterr().err
+    assert "is inside IN " in capsys.readouterr().err
     assert main([str(photos), str(photos), "--weights", str(tiny_weights)]) == 2
     assert main([str(photos / "nowhere"), str(photos.parent / "o"), "--weights", str(tiny_weights)]) == 2
-    assert "is not a folder" in capsys.readouterr().err
+    assert "nowhere is neither a folder nor a file" in capsys.readouterr().err
     assert main([str(photos), str(photos.parent / "o"), "--weights", str(photos / "none.safetensors")]) == 2
     assert "none.safetensors does not exist" in capsys.readouterr().err
     assert main([str(photos), str(photos.parent / "o"), "--tile", "16", "--overlap", "16"]) == 2

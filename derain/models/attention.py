@@ -23,6 +23,7 @@ __all__ = [
     "AgentAttention",
     "ChannelAttention",
     "normalized_entropy",
+    "adaptive_avg_pool",
 ]
 
 BROADCAST_CHUNK = 4096
@@ -164,7 +165,7 @@ def agent_attention(
     # Each token's broadcast row is independent: run them in cache-sized chunks of tokens (about 3x faster at
     # N = 64k on a CPU than one (N, n) pass, and the same numbers).
     n_tok = q.shape[-2]
-    if n_tok <= BROADCAST_CHUNK:
+    if torch.compiler.is_exporting() or n_tok <= BROADCAST_CHUNK:  # a traced graph (ONNX) has one path
         return _broadcast_weights(q, agents, bcast_bias).to(v.dtype) @ agent_v
     chunks = []
     for start in range(0, n_tok, BROADCAST_CHUNK):
@@ -182,6 +183,28 @@ def _broadcast_weights(q: Tensor, agents: Tensor, bias: Tensor | None) -> Tensor
     if bias is not None:
         logits = logits + bias
     return _at_least_float32(logits).softmax(dim=-1)
+
+
+def adaptive_avg_pool(x: Tensor, side: int) -> Tensor:
+    """``F.adaptive_avg_pool2d(x, side)`` as two averaging matrices, for traced graphs (ONNX).
+
+    Bin ``i`` of a side of length ``n`` averages ``[⌊i·n/side⌋, ⌈(i+1)·n/side⌉)``, as adaptive pooling does;
+    here the bins are computed from the input's size when the graph runs (the ONNX exporter's own translation
+    of adaptive pooling fixes kernel and stride at the traced size).
+
+    Shape:
+        - x: :math:`(B, C, H, W)`
+        - output: :math:`(B, C, side, side)`
+    """
+
+    def bins(n: int) -> Tensor:
+        i = torch.arange(side, device=x.device).unsqueeze(1)
+        pos = torch.arange(n, device=x.device).unsqueeze(0)
+        inside = ((pos >= (i * n) // side) & (pos < ((i + 1) * n + side - 1) // side)).to(x.dtype)
+        return inside / inside.sum(1, keepdim=True)
+
+    h, w = x.shape[-2:]
+    return torch.einsum("ih,bchw,jw->bcij", bins(h), x, bins(w))
 
 
 def normalized_entropy(probs: Tensor) -> Tensor:
@@ -347,6 +370,8 @@ class AgentAttention(nn.Module):
         """
         if self.agg_bias is None or self.bcast_bias is None:
             return None, None
+        if torch.compiler.is_exporting():  # in a traced graph the resize is part of the graph, for any size
+            return self._resize_biases(h, w)
         if torch.is_grad_enabled() and (self.agg_bias.requires_grad or self.bcast_bias.requires_grad):
             return self._resize_biases(h, w)
         key = (h, w, self.agg_bias._version, self.bcast_bias._version, self.agg_bias.device)
@@ -364,7 +389,8 @@ class AgentAttention(nn.Module):
         h, w = x.shape[-2:]
         q, k, v = self.qkv(x).chunk(3, dim=1)
         if self.agent_tokens is None:
-            agents = F.adaptive_avg_pool2d(q, self.pool_side)
+            pool = adaptive_avg_pool if torch.compiler.is_exporting() else F.adaptive_avg_pool2d
+            agents = pool(q, self.pool_side)
             agents = rearrange(agents, "b (head d) h w -> b head (h w) d", head=self.heads)
         else:
             agents = self.agent_tokens.to(q.dtype)  # (1, heads, n, d): the same agents for every input
