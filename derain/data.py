@@ -25,7 +25,16 @@ import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, get_worker_info
 
 from derain.batch_rain import BatchRain
-from derain.io import IMAGE_SUFFIXES, ImageReadError, list_images, natural_key, pair_name, read_rgb, to_tensor
+from derain.io import (
+    IMAGE_SUFFIXES,
+    ImageReadError,
+    list_images,
+    natural_key,
+    pair_name,
+    read_image,
+    read_rgb,
+    to_tensor,
+)
 from derain.pairing import LAYOUTS, DataError, check_pairs, find_pairs
 from derain.synth import LayerAugment, add_rain, builtin_clean_images, transplant_layers
 
@@ -157,6 +166,10 @@ class Synthesis:
         transplant_prob: share of synthetic samples that get a real rain layer from a training pair.
         transplant_from: folders (among the training folders) whose pairs give their rain layers; default all.
             Held-out validation pairs never give theirs.
+        layer_dirs: folders of rendered rain layers (bright streaks on black, grey or RGB images, e.g. Garg &
+            Nayar's streak database), transplanted like the pairs' layers.
+        layer_share: share of the transplanted samples whose layer comes from ``layer_dirs`` when the pairs
+            give layers too (the rest take a pair's layer).
         layer_augment: random gain, resizing and turn of each transplanted layer, and the chance of a second
             one on top (``derain.synth.LayerAugment``; the default changes nothing).
         rain_free_prob: share of synthetic samples left without rain (input = target), so the network learns to
@@ -173,6 +186,8 @@ class Synthesis:
     length: int = 0
     transplant_prob: float = 0.5
     transplant_from: tuple[str, ...] = ()
+    layer_dirs: tuple[str, ...] = ()
+    layer_share: float = 0.5
     layer_augment: LayerAugment = field(default_factory=LayerAugment)
     rain_free_prob: float = 0.0
     val_length: int = 8
@@ -181,11 +196,13 @@ class Synthesis:
     AUTO_LENGTH = 1000
 
     def __post_init__(self) -> None:
-        _expand_all(self, ("clean_dirs", "transplant_from"))
-        for folder in self.clean_dirs:
-            if not Path(folder).is_dir():
-                raise DataError(f"clean photo folder {folder} (clean_dirs) does not exist")
+        _expand_all(self, ("clean_dirs", "transplant_from", "layer_dirs"))
+        for option, what in (("clean_dirs", "clean photo"), ("layer_dirs", "rain layer")):
+            for folder in getattr(self, option):
+                if not Path(folder).is_dir():
+                    raise DataError(f"{what} folder {folder} ({option}) does not exist")
         check_probability("transplant_prob", self.transplant_prob)
+        check_probability("layer_share", self.layer_share)
         check_probability("rain_free_prob", self.rain_free_prob)
         if self.length < 0 or self.val_length < 0:
             raise DataError(f"length and val_length must be >= 0, got {self.length} and {self.val_length}")
@@ -467,6 +484,10 @@ class SyntheticRainDataset(_Seeded, Dataset):
         layer_augment: random gain, resizing, small turns of the transplanted layers, and the chance of a
             second layer on top (``derain.synth.LayerAugment``); None: layers as they are.
         rain_free_prob: share of items left without rain (input = target), drawn before the rain type.
+        streak_layers: rendered rain layers, uint8 (H, W, 1) grey or (H, W, 3), transplanted like
+            ``rain_residuals``.
+        streak_share: share of the transplanted items that take a layer from ``streak_layers`` when both kinds
+            exist.
         defer_procedural: leave the procedural items' rain to the training device: their ``rain`` is the clean
             crop and ``render`` is True (``DerainDataModule`` renders them with ``BatchRain``).
     """
@@ -487,6 +508,8 @@ class SyntheticRainDataset(_Seeded, Dataset):
         layer_augment: LayerAugment | None = None,
         rain_free_prob: float = 0.0,
         defer_procedural: bool = False,
+        streak_layers: Sequence[np.ndarray] = (),
+        streak_share: float = 0.5,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -499,10 +522,13 @@ class SyntheticRainDataset(_Seeded, Dataset):
             raise ValueError(f"length and patch_size must be positive, got {length} and {patch_size}")
         check_probability("transplant_prob", transplant_prob)
         check_probability("rain_free_prob", rain_free_prob)
+        check_probability("streak_share", streak_share)
         self.clean_images = list(clean_images)
         self.rain_residuals = list(rain_residuals)
+        self.streak_layers = list(streak_layers)
+        self.streak_share = streak_share
         self.length = length
-        self.transplant_prob = transplant_prob if self.rain_residuals else 0.0
+        self.transplant_prob = transplant_prob if self.rain_residuals or self.streak_layers else 0.0
         self.seed = seed
         self.fixed = fixed
         self.rotate90 = rotate90
@@ -529,9 +555,11 @@ class SyntheticRainDataset(_Seeded, Dataset):
         if self.rain_free_prob > 0 and rng.random() < self.rain_free_prob:
             rainy = clean
         elif rng.random() < self.transplant_prob:
-            rainy = transplant_layers(
-                clean, self.rain_residuals, rng, rotate90=self.rotate90, augment=self.layer_augment
-            )
+            layers = self.rain_residuals
+            # drawn only with both kinds of layer, so that the random stream is otherwise as before
+            if self.streak_layers and (not layers or rng.random() < self.streak_share):
+                layers = self.streak_layers
+            rainy = transplant_layers(clean, layers, rng, rotate90=self.rotate90, augment=self.layer_augment)
         elif self.defer_procedural:
             rainy, render = clean, True
         else:
@@ -734,8 +762,29 @@ class DerainDataModule(L.LightningDataModule):
             layers = [
                 cv2.subtract(*real.load(i)) for i in donors
             ]  # decoding also fills the cache before forks
-        if not layers and syn.layer_augment != LayerAugment():
+        if not layers and not syn.layer_dirs and syn.layer_augment != LayerAugment():
             log.warning("synthesis.layer_augment has no effect: no rain layers are transplanted")
+        return layers
+
+    def _streak_layers(self) -> list[np.ndarray]:
+        """Step 7: the rendered rain layers of ``synthesis.layer_dirs``, uint8 (H, W, 1) grey or (H, W, 3)."""
+        layers: list[np.ndarray] = []
+        if self.synthesis.transplant_prob == 0:
+            return layers
+        for folder in self.synthesis.layer_dirs:
+            files = list_images(folder, recursive=True)
+            if not files:
+                raise DataError(f"rain layer folder {folder} (layer_dirs) holds no images ({IMAGE_SUFFIXES})")
+            for path in files:
+                try:
+                    image = read_image(path)
+                except ImageReadError as err:
+                    raise DataError(str(err)) from None
+                if image.dtype != np.uint8:
+                    image = np.rint(image / 257.0).astype(np.uint8)
+                layers.append(image[:, :, None] if image.ndim == 2 else image[:, :, :3])
+        if layers:
+            log.info("%d rendered rain layers from %s", len(layers), ", ".join(self.synthesis.layer_dirs))
         return layers
 
     def _setup_fit(self) -> None:
@@ -763,6 +812,8 @@ class DerainDataModule(L.LightningDataModule):
                     layer_augment=syn.layer_augment,
                     rain_free_prob=syn.rain_free_prob,
                     defer_procedural=syn.render_on_device,
+                    streak_layers=self._streak_layers(),
+                    streak_share=syn.layer_share,
                 )
             )
         elif syn.rain_free_prob > 0:

@@ -351,7 +351,8 @@ def transplant(
 
     Args:
         clean: (H, W, 3) image, float in [0, 1] or uint8.
-        residual: (h, w, 3) rain layer, e.g. from ``rain_residual``, float in [0, 1] or uint8.
+        residual: (h, w, 3) rain layer, e.g. from ``rain_residual``, or a grey (h, w, 1) one (a rendered
+            streak layer, added to every channel alike), float in [0, 1] or uint8.
         rng: the source of randomness.
         rotate90: also allow 90° rotations of the layer. Off by default: they turn falling streaks
             horizontal, which real rain never is; flips and 180° turns keep streaks upright.
@@ -362,7 +363,10 @@ def transplant(
         float32 (H, W, 3) rainy image ``clip(clean + gain · crop(residual), 0, 1)``.
     """
     _check_image(clean, "transplant clean image")
-    _check_image(residual, "transplant rain residual")
+    if residual.ndim != 3 or residual.shape[2] not in (1, 3):
+        raise ValueError(
+            f"transplant rain residual: expected an (H, W, 3) or grey (H, W, 1) layer, got {tuple(residual.shape)}"
+        )
     h, w = clean.shape[:2]
     rh, rw = residual.shape[:2]
     if rh < 1 or rw < 1:
@@ -385,6 +389,8 @@ def transplant(
         y = int(rng.integers(lh - h + 1))
         x = int(rng.integers(lw - w + 1))
         crop = layer[y : y + h, x : x + w]
+    if crop.ndim == 2:  # OpenCV drops the channel axis of a grey layer
+        crop = crop[:, :, None]
     if augment is not None and augment.gain != (1.0, 1.0):
         crop = crop * np.float32(rng.uniform(*augment.gain))
     return np.clip(as_float(clean) + crop, 0.0, 1.0).astype(np.float32)

@@ -246,6 +246,58 @@ def test_synthetic_transplant_adds_a_real_rain_layer() -> None:
     )
 
 
+def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() -> None:
+    """Grey streak layers (bright on black) are added to every channel alike; ``streak_share`` splits the
+    transplants between them and the pairs' layers."""
+    streaks = np.zeros((60, 70, 1), np.uint8)
+    streaks[:, ::7] = 90  # vertical streaks, 90 levels
+    data = SyntheticRainDataset(
+        [np.full((40, 40, 3), 100, np.uint8)],
+        length=60,
+        patch_size=32,
+        rain_residuals=[np.full((50, 50, 3), 20, np.uint8)],
+        streak_layers=[streaks],
+        streak_share=0.5,
+        transplant_prob=1.0,
+    )
+    kinds = []
+    for i in range(60):
+        item = data[i]
+        diff = ((item["rain"] - item["clean"]) * 255).round()
+        if torch.equal(diff, torch.full_like(diff, 20)):
+            kinds.append("pair")
+        else:
+            assert torch.equal(diff[0], diff[1]) and torch.equal(diff[1], diff[2]), "a grey layer stays grey"
+            assert set(diff.unique().tolist()) == {0.0, 90.0}
+            kinds.append("streaks")
+    assert 15 <= kinds.count("streaks") <= 45, kinds.count("streaks")
+
+
+def test_layer_dirs_are_read_and_checked(tmp_path: Path) -> None:
+    streaks = np.zeros((60, 70), np.uint8)
+    streaks[:, ::7] = 90
+    write(tmp_path / "layers" / "1-4.png", streaks)
+    write(tmp_path / "layers" / "sub" / "2-4.png", np.dstack([streaks] * 3))
+    options = small_synthetic_data(
+        tmp_path,
+        synthesis={"transplant_prob": 1.0, "layer_dirs": (str(tmp_path / "layers"),), "layer_share": 0.3},
+    )
+    dm = DerainDataModule(**options)
+    dm.setup("fit")
+    assert [layer.shape for layer in dm.train_set.streak_layers] == [(60, 70, 1), (60, 70, 3)]
+    assert dm.train_set.streak_share == 0.3 and dm.train_set.transplant_prob == 1.0
+    with pytest.raises(DataError, match=r"layer_share must be in \[0, 1\], got 1.5"):
+        Synthesis(layer_share=1.5)
+    with pytest.raises(DataError, match=r"rain layer folder .*nowhere \(layer_dirs\) does not exist"):
+        Synthesis(layer_dirs=(str(tmp_path / "nowhere"),))
+    (tmp_path / "empty").mkdir()
+    options["synthesis"] = Synthesis(
+        clean_dirs=(str(tmp_path / "clean"),), layer_dirs=(str(tmp_path / "empty"),)
+    )
+    with pytest.raises(DataError, match=r"rain layer folder .*empty \(layer_dirs\) holds no images"):
+        DerainDataModule(**options).setup("fit")
+
+
 @pytest.mark.parametrize(("mix", "layers"), [(0.0, 1), (1.0, 2)])
 def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -> None:
     clean = [np.full((40, 40, 3), 100, np.uint8)]
