@@ -29,10 +29,12 @@ def _uniform(low: Tensor, high: Tensor, generator: torch.Generator | None) -> Te
 
 
 class BatchRain(nn.Module):
-    """Render procedural rain onto a batch of clean images: ``clip(veil(clean) + streaks · tint, 0, 1)``.
+    """Render procedural rain onto a batch of clean images:
+    ``clip(v + streaks · tint · (1 − β · v), 0, 1)`` with ``v = veil(clean)`` (``derain.synth.composite``).
 
     Args:
         styles: the styles a sample's parameters are drawn from, one picked at random per sample.
+        beta: the composite's β (0, the default, adds the streaks).
 
     Shape:
         - input: :math:`(B, 3, H, W)` clean images in [0, 1], any device and float dtype
@@ -44,10 +46,15 @@ class BatchRain(nn.Module):
         torch.Size([2, 3, 32, 48])
     """
 
-    def __init__(self, styles: tuple[RainStyle, ...] = tuple(RAIN_STYLES.values())) -> None:
+    def __init__(
+        self, styles: tuple[RainStyle, ...] = tuple(RAIN_STYLES.values()), beta: float = 0.0
+    ) -> None:
         super().__init__()
         if not styles:
             raise ValueError("BatchRain needs at least one RainStyle")
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"BatchRain beta must be in [0, 1], got {beta}")
+        self.beta = beta
         self.styles = styles
         fields = ("density", "brightness", "angle", "haze", "layers", "length")
         table = {f: torch.tensor([getattr(s, f) for s in styles], dtype=torch.float32) for f in fields}
@@ -109,4 +116,7 @@ class BatchRain(nn.Module):
         tint = 1 - torch.rand(b, 3, generator=generator, device=dev) * 0.08
         image = clean.to(dt)
         veiled = image * (1 - t) + airlight[:, :, None, None] * t
-        return (veiled + streaks * tint[:, :, None, None]).clamp(0, 1).to(clean.dtype)
+        rain = streaks * tint[:, :, None, None]
+        if self.beta:
+            rain = rain * (1 - self.beta * veiled)
+        return (veiled + rain).clamp(0, 1).to(clean.dtype)

@@ -36,7 +36,14 @@ from derain.io import (
     to_tensor,
 )
 from derain.pairing import LAYOUTS, DataError, check_pairs, find_pairs
-from derain.synth import LayerAugment, add_rain, builtin_clean_images, transplant_layers
+from derain.synth import (
+    COMPOSITE_BETA,
+    LayerAugment,
+    add_rain,
+    builtin_clean_images,
+    recover_layer,
+    transplant_layers,
+)
 
 __all__ = [
     "DataError",
@@ -172,6 +179,10 @@ class Synthesis:
             give layers too (the rest take a pair's layer).
         layer_augment: random gain, resizing and turn of each transplanted layer, and the chance of a second
             one on top (``derain.synth.LayerAugment``; the default changes nothing).
+        composite_beta: how rain is put on a photo, ``clean + layer · (1 − β · clean)`` (``derain.synth.
+            composite``), for transplanted and procedural rain alike; the pairs' layers are recovered under
+            the same model (``derain.synth.recover_layer``). Default ``COMPOSITE_BETA`` (0.62), fitted to
+            Rain100H; 0 is plain addition with ``clip(rainy − clean)`` layers, as before it was fitted.
         rain_free_prob: share of synthetic samples left without rain (input = target), so the network learns to
             leave rain-free content, its brightness included, as it is.
         val_length: size of the fixed synthetic validation set when there are no validation pairs.
@@ -189,6 +200,7 @@ class Synthesis:
     layer_dirs: tuple[str, ...] = ()
     layer_share: float = 0.5
     layer_augment: LayerAugment = field(default_factory=LayerAugment)
+    composite_beta: float = COMPOSITE_BETA
     rain_free_prob: float = 0.0
     val_length: int = 8
     render_on_device: bool = False
@@ -203,6 +215,7 @@ class Synthesis:
                     raise DataError(f"{what} folder {folder} ({option}) does not exist")
         check_probability("transplant_prob", self.transplant_prob)
         check_probability("layer_share", self.layer_share)
+        check_probability("composite_beta", self.composite_beta)
         check_probability("rain_free_prob", self.rain_free_prob)
         if self.length < 0 or self.val_length < 0:
             raise DataError(f"length and val_length must be >= 0, got {self.length} and {self.val_length}")
@@ -488,6 +501,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
             ``rain_residuals``.
         streak_share: share of the transplanted items that take a layer from ``streak_layers`` when both kinds
             exist.
+        beta: the composite's β for transplanted and procedural rain (``derain.synth.composite``; 0: added).
         defer_procedural: leave the procedural items' rain to the training device: their ``rain`` is the clean
             crop and ``render`` is True (``DerainDataModule`` renders them with ``BatchRain``).
     """
@@ -510,6 +524,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         defer_procedural: bool = False,
         streak_layers: Sequence[np.ndarray] = (),
         streak_share: float = 0.5,
+        beta: float = 0.0,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -527,6 +542,8 @@ class SyntheticRainDataset(_Seeded, Dataset):
         self.rain_residuals = list(rain_residuals)
         self.streak_layers = list(streak_layers)
         self.streak_share = streak_share
+        check_probability("beta", beta)
+        self.beta = beta
         self.length = length
         self.transplant_prob = transplant_prob if self.rain_residuals or self.streak_layers else 0.0
         self.seed = seed
@@ -559,11 +576,13 @@ class SyntheticRainDataset(_Seeded, Dataset):
             # drawn only with both kinds of layer, so that the random stream is otherwise as before
             if self.streak_layers and (not layers or rng.random() < self.streak_share):
                 layers = self.streak_layers
-            rainy = transplant_layers(clean, layers, rng, rotate90=self.rotate90, augment=self.layer_augment)
+            rainy = transplant_layers(
+                clean, layers, rng, rotate90=self.rotate90, augment=self.layer_augment, beta=self.beta
+            )
         elif self.defer_procedural:
             rainy, render = clean, True
         else:
-            rainy = add_rain(clean, rng)
+            rainy = add_rain(clean, rng, beta=self.beta)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
         rain_t, clean_t = (to_tensor(np.round(im * 255.0).astype(np.uint8)) for im in (rainy, clean))
         return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}", "render": render}
@@ -752,16 +771,19 @@ class DerainDataModule(L.LightningDataModule):
         return images
 
     def _rain_layers(self, real: PairedDataset | None) -> list[np.ndarray]:
-        """Step 6: the rain layers ``clip(rainy − clean)`` of the donor training pairs, for transplant."""
+        """Step 6: the rain layers of the donor training pairs, for transplant: ``recover_layer`` under the
+        composite's β, or ``clip(rainy − clean)`` with β = 0."""
         syn = self.synthesis
         layers: list[np.ndarray] = []
         if real is not None and syn.transplant_prob > 0:
             donors = range(len(real))
             if syn.transplant_from:
                 donors = _indices_from(real.pairs, syn.transplant_from, "transplant_from")
+            beta = syn.composite_beta  # decoding also fills the pairs' cache before forks
             layers = [
-                cv2.subtract(*real.load(i)) for i in donors
-            ]  # decoding also fills the cache before forks
+                recover_layer(*real.load(i), beta) if beta > 0 else cv2.subtract(*real.load(i))
+                for i in donors
+            ]
         if not layers and not syn.layer_dirs and syn.layer_augment != LayerAugment():
             log.warning("synthesis.layer_augment has no effect: no rain layers are transplanted")
         return layers
@@ -814,6 +836,7 @@ class DerainDataModule(L.LightningDataModule):
                     defer_procedural=syn.render_on_device,
                     streak_layers=self._streak_layers(),
                     streak_share=syn.layer_share,
+                    beta=syn.composite_beta,
                 )
             )
         elif syn.rain_free_prob > 0:
@@ -872,7 +895,7 @@ class DerainDataModule(L.LightningDataModule):
         if render is None or not bool(render.any()):
             return batch
         if self._batch_rain is None:
-            self._batch_rain = BatchRain()
+            self._batch_rain = BatchRain(beta=self.synthesis.composite_beta)
         rainy = self._batch_rain(batch["clean"][render])
         batch["rain"][render] = torch.round(rainy * 255) / 255  # 8 bits, as the workers' samples are
         return batch

@@ -32,6 +32,11 @@ __all__ = [
     "add_rain",
     "as_float",
     "rain_residual",
+    "COMPOSITE_BETA",
+    "composite",
+    "recover_layer",
+    "background_correlation",
+    "fit_composite_beta",
     "LayerAugment",
     "transplant",
     "transplant_layers",
@@ -221,14 +226,18 @@ def add_haze(image: np.ndarray, t: float, airlight: float | np.ndarray = 0.9) ->
     return (image * (1.0 - t) + np.asarray(airlight, np.float32) * t).astype(np.float32)
 
 
-def add_rain(clean: np.ndarray, rng: np.random.Generator, style: RainStyle | str = "any") -> np.ndarray:
-    """Render rain onto a clean image: optional haze, then additive streaks, clipped to [0, 1].
+def add_rain(
+    clean: np.ndarray, rng: np.random.Generator, style: RainStyle | str = "any", *, beta: float = 0.0
+) -> np.ndarray:
+    """Render rain onto a clean image: optional haze, then streaks put on by ``composite`` with ``beta`` (0:
+    added), clipped to [0, 1].
 
     Args:
         clean: (H, W, 3) image, float in [0, 1] or uint8.
         rng: the source of randomness.
         style: a ``RainStyle``, a name from ``RAIN_STYLES`` (``"light"``, ``"medium"``, ``"heavy"``), or
             ``"any"`` to pick one of those at random.
+        beta: the composite's β (``composite``; 0, the default, adds the streaks).
 
     Returns:
         float32 (H, W, 3) rainy image in [0, 1].
@@ -253,7 +262,7 @@ def add_rain(clean: np.ndarray, rng: np.random.Generator, style: RainStyle | str
         image = add_haze(image, t, airlight)
     streaks = rain_layer(clean.shape[:2], rng, style)[..., None]
     tint = np.float32(1.0) - rng.uniform(0.0, 0.08, 3).astype(np.float32)  # rain reflects the sky: near white
-    return np.clip(image + streaks * tint, 0.0, 1.0).astype(np.float32)
+    return composite(image, streaks * tint, beta)
 
 
 def rain_residual(rainy: np.ndarray, clean: np.ndarray) -> np.ndarray:
@@ -261,6 +270,65 @@ def rain_residual(rainy: np.ndarray, clean: np.ndarray) -> np.ndarray:
     if rainy.shape != clean.shape:
         raise ValueError(f"rain_residual: rainy shape {rainy.shape} differs from clean shape {clean.shape}")
     return np.clip(as_float(rainy) - as_float(clean), 0.0, 1.0)
+
+
+COMPOSITE_BETA = 0.62
+"""The fitted β of Rain100H's rain composite ``rainy = clean + layer · (1 − β · clean)`` (``benchmarks/
+composite.py`` fits it on the 18 development pairs: the β for which the recovered layer no longer correlates with
+the background in unsaturated streak pixels; 0 is plain addition, 1 a screen blend)."""
+
+SATURATED = 254 / 255
+"""Rainy pixels at or above this value are saturated: the layer there is only known to be at least a bound."""
+
+
+def composite(clean: np.ndarray, layer: np.ndarray, beta: float = COMPOSITE_BETA) -> np.ndarray:
+    """Put a rain layer on a clean image: ``clip(clean + layer · (1 − β · clean), 0, 1)``, float32.
+
+    ``beta = 0`` is plain addition, 1 a screen blend; Rain100H's rain lies between (``COMPOSITE_BETA``). A layer
+    of shape (H, W, 1) is added to every channel alike.
+    """
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"composite beta must be in [0, 1], got {beta}")
+    base = as_float(clean)
+    return np.clip(base + as_float(layer) * (1.0 - beta * base), 0.0, 1.0).astype(np.float32)
+
+
+def recover_layer(rainy: np.ndarray, clean: np.ndarray, beta: float = COMPOSITE_BETA) -> np.ndarray:
+    """The rain layer of a pair under ``composite``'s model, free of its background, float32 in [0, 1].
+
+    Where the rainy pixel is below saturation the layer is ``(rainy − clean) / (1 − β · clean)``. Where it is
+    saturated the composite only bounds it from below; there the layer is the larger of that bound and the
+    90th percentile of the image's unsaturated streak pixels (a typical bright streak), rather than the bound
+    alone, which would be low wherever the background is bright and leave dark ghosts of its edges.
+    """
+    if rainy.shape != clean.shape:
+        raise ValueError(f"recover_layer: rainy shape {rainy.shape} differs from clean shape {clean.shape}")
+    r, b = as_float(rainy), as_float(clean)
+    layer = np.clip((r - b) / np.maximum(1.0 - beta * b, 1e-6), 0.0, 1.0)
+    saturated = r >= SATURATED
+    streak = (layer > 8 / 255) & ~saturated
+    if saturated.any():
+        typical = float(np.percentile(layer[streak], 90)) if streak.any() else 1.0
+        layer = np.where(saturated, np.maximum(layer, typical), layer)
+    return layer.astype(np.float32)
+
+
+def background_correlation(rainy: np.ndarray, clean: np.ndarray, beta: float) -> float:
+    """Correlation between the recovered layer and the background in the pair's unsaturated streak pixels
+    (rain at least 8 levels), over all channels: 0 when the layer does not depend on what is behind it."""
+    r, b = as_float(rainy), as_float(clean)
+    layer = (r - b) / np.maximum(1.0 - beta * b, 1e-6)
+    streak = (r - b > 8 / 255) & (r < SATURATED)
+    if streak.sum() < 2:
+        return float("nan")
+    return float(np.corrcoef(layer[streak], b[streak])[0, 1])
+
+
+def fit_composite_beta(rainy: np.ndarray, clean: np.ndarray, *, steps: int = 101) -> float:
+    """The β in [0, 1] whose recovered layer has the smallest absolute correlation with the background."""
+    betas = np.linspace(0.0, 1.0, steps)
+    corr = np.array([background_correlation(rainy, clean, b) for b in betas])
+    return float(betas[int(np.nanargmin(np.abs(corr)))])
 
 
 def dihedral(image: np.ndarray, k: int) -> np.ndarray:
@@ -342,8 +410,9 @@ def transplant(
     *,
     rotate90: bool = False,
     augment: LayerAugment | None = None,
+    beta: float = 0.0,
 ) -> np.ndarray:
-    """Add a real rain layer to another clean image: random flip/rotation and crop of ``residual``.
+    """Put a real rain layer on another clean image: random flip/rotation and crop of ``residual``.
 
     Flips/rotations that leave the residual at least as large as ``clean`` are preferred; when none does,
     the residual is resized up (bilinear) until it covers ``clean`` (with ``augment``'s resizing or turning:
@@ -358,9 +427,11 @@ def transplant(
             horizontal, which real rain never is; flips and 180° turns keep streaks upright.
         augment: random gain, resizing and small turns of the layer (``LayerAugment``; its ``mix`` is
             ``transplant_layers``'). None or the default: the layer as it is.
+        beta: the composite's β (``composite``): 0 (default) adds the layer; ``COMPOSITE_BETA`` is Rain100H's
+            (use it with layers from ``recover_layer``).
 
     Returns:
-        float32 (H, W, 3) rainy image ``clip(clean + gain · crop(residual), 0, 1)``.
+        float32 (H, W, 3) rainy image ``composite(clean, gain · crop(residual), beta)``.
     """
     _check_image(clean, "transplant clean image")
     if residual.ndim != 3 or residual.shape[2] not in (1, 3):
@@ -393,7 +464,7 @@ def transplant(
         crop = crop[:, :, None]
     if augment is not None and augment.gain != (1.0, 1.0):
         crop = crop * np.float32(rng.uniform(*augment.gain))
-    return np.clip(as_float(clean) + crop, 0.0, 1.0).astype(np.float32)
+    return composite(clean, crop, beta)
 
 
 def transplant_layers(
@@ -403,6 +474,7 @@ def transplant_layers(
     *,
     rotate90: bool = False,
     augment: LayerAugment | None = None,
+    beta: float = 0.0,
 ) -> np.ndarray:
     """``transplant`` one random layer of ``residuals`` onto ``clean``, or two with probability ``augment.mix``.
 
@@ -415,7 +487,7 @@ def transplant_layers(
     rainy = clean
     for _ in range(2 if two else 1):
         layer = residuals[int(rng.integers(len(residuals)))]
-        rainy = transplant(rainy, layer, rng, rotate90=rotate90, augment=augment)
+        rainy = transplant(rainy, layer, rng, rotate90=rotate90, augment=augment, beta=beta)
     return rainy
 
 

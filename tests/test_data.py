@@ -487,7 +487,9 @@ def test_root_train_test_split_overlap_exclusion_and_transplant(tmp_path: Path) 
     exclude = tmp_path / "overlap.txt"
     exclude.write_text("# by hand\n0004\n")
     options = dict(
-        synthesis=Synthesis(clean_dirs=(str(tmp_path / "clean"),), length=5, transplant_prob=1.0),
+        synthesis=Synthesis(
+            clean_dirs=(str(tmp_path / "clean"),), length=5, transplant_prob=1.0, composite_beta=0.0
+        ),
         patch_size=16,
         batch_size=2,
         num_workers=0,
@@ -504,8 +506,8 @@ def test_root_train_test_split_overlap_exclusion_and_transplant(tmp_path: Path) 
     assert next(iter(dm.val_dataloader()))["rain"].shape == (1, 3, 24, 32)
     assert next(iter(dm.test_dataloader()))["clean"].shape == (1, 3, 24, 32)
     assert next(iter(dm.train_dataloader()))["rain"].shape == (2, 3, 16, 16)
-    # Transplant: the synthetic samples carry the training pairs' rain layers (+40 everywhere, on a photo no
-    # brighter than 127), so rainy - clean is 40 grey levels at every pixel; procedural rain would not be.
+    # Transplant (added, composite_beta 0): the synthetic samples carry the training pairs' rain layers (+40
+    # everywhere, on a photo no brighter than 127), so rainy - clean is 40 grey levels at every pixel.
     synthetic = dm.train_set.datasets[-1]
     assert len(synthetic.rain_residuals) == 5 and all((r == 40).all() for r in synthetic.rain_residuals)
     for i in range(5):

@@ -275,3 +275,58 @@ def test_transplant_layers_adds_two_layers_with_mix_and_keeps_the_stream_without
 def test_layer_augment_names_a_bad_setting(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         synth.LayerAugment(**kwargs)
+
+
+def test_composite_layers_recovered_free_of_their_background_and_put_on_another() -> None:
+    """A pair made with the fitted composite gives back its layer whatever the background (the additive
+    residual shrinks where the background is bright), ``fit_composite_beta`` finds the β, and a transplant puts
+    the layer on a new photo with the same composite."""
+    from derain.synth import (
+        COMPOSITE_BETA,
+        background_correlation,
+        composite,
+        fit_composite_beta,
+        recover_layer,
+        transplant,
+    )
+
+    rng = np.random.default_rng(0)
+    background = rng.uniform(0.0, 0.75, (64, 64, 3)).astype(np.float32)
+    layer = np.zeros((64, 64, 3), np.float32)
+    layer[:, ::4] = rng.uniform(0.1, 0.3, (64, 16, 1))  # streaks, never saturating here
+    rainy = np.rint(composite(background, layer, COMPOSITE_BETA) * 255).astype(np.uint8)
+    clean = np.rint(background * 255).astype(np.uint8)
+    recovered = recover_layer(rainy, clean, COMPOSITE_BETA)
+    assert np.abs(recovered - layer).max() < 3 / 255
+    additive = np.clip(rainy / 255 - clean / 255, 0, 1)
+    assert abs(background_correlation(rainy, clean, COMPOSITE_BETA)) < 0.1
+    assert (
+        background_correlation(rainy, clean, 0.0) < -0.3
+    )  # the additive residual dims on bright backgrounds
+    assert additive[:, ::4].mean() < layer[:, ::4].mean() - 0.02
+    assert abs(fit_composite_beta(rainy, clean) - COMPOSITE_BETA) <= 0.1
+    other = np.full((32, 32, 3), 0.5, np.float32)
+    moved = transplant(other, recovered, np.random.default_rng(1), beta=COMPOSITE_BETA)
+    assert np.allclose(
+        (moved - other) / (1 - COMPOSITE_BETA * other), np.clip(moved - other, 0, 1) / 0.69, atol=1e-6
+    )
+    put_on = (moved - other) / (1 - COMPOSITE_BETA * 0.5)  # the layer, scaled by the composite's factor
+    assert put_on.max() > 0.05
+    assert set(np.round(put_on[put_on > 0], 4)) <= set(np.round(recovered[recovered > 0], 4))
+    with pytest.raises(ValueError, match=r"composite beta must be in \[0, 1\], got 1.5"):
+        composite(other, recovered, 1.5)
+
+
+def test_saturated_pixels_get_at_least_a_typical_streak_value() -> None:
+    from derain.synth import recover_layer
+
+    clean = np.full((20, 20, 3), 200, np.uint8)
+    clean[:, 10:] = 40
+    rainy = clean.copy()
+    rainy[5:15, :] = 255  # a saturated streak across a bright and a dark background
+    rainy[0, 0] = 230  # an unsaturated streak pixel: 30 levels over 200
+    layer = recover_layer(rainy, clean)
+    # the additive residual would read 55 levels on the bright side and 215 on the dark side: here both sides
+    # are at least the typical streak value of the image, and the dark side keeps its larger bound
+    assert layer[5:15, :10].min() >= layer[0, 0].max() - 1e-6
+    assert np.all(layer[5:15, 10:] >= layer[5:15, :10].min())
