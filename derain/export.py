@@ -16,14 +16,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from .io import default_file_mode
+from .io import atomic_output
 from .models import network_record
 
 __all__ = [
@@ -97,17 +96,9 @@ def _write(
     tensors: dict[str, torch.Tensor], record: dict, path: str | os.PathLike, extra: dict | None
 ) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     metadata = {"format": FORMAT, "net": json.dumps(record), **(extra or {})}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
     return path
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -214,11 +216,27 @@ def write_image_atomic(
     ok, buf = cv2.imencode(path.suffix or ".png", image, params or [])
     if not ok:
         raise ValueError(f"cannot encode an image for {path} (suffix {path.suffix!r})")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(buf.tobytes())
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary file beside ``path`` for the block to write; renamed onto ``path`` when the block ends
+    normally, removed when it raises. So an interrupted write never leaves a half-written ``path``: at worst a
+    hidden ``.NAME.*`` file after a hard kill.
+
+    Args:
+        path: the final file; its folder is created.
+        suffix: the temporary file's suffix (e.g. ``.partial.mp4`` where a writer picks the format by it).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
     try:
+        yield Path(tmp)
         os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.tobytes())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .io import default_file_mode
+from .io import atomic_output
 from .models import network_record
 
 __all__ = [
@@ -132,40 +131,29 @@ def export_onnx(
     graph = _Graph(net).to(device="cpu", dtype=torch.float32).eval()
     batch, height, width = (torch.export.Dim(n, min=1, max=1 << 16) for n in ("batch", "height", "width"))
     example = torch.rand(*_EXAMPLE_SIZE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
     try:
-        with warnings.catch_warnings(), torch.no_grad(), _quiet_torch_logs():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                graph,
-                (example,),
-                dynamo=True,
-                opset_version=opset,
-                input_names=["image"],
-                output_names=["restored"],
-                dynamic_shapes={"image": {0: batch, 2: height, 3: width}},
-                verbose=False,
-            )
-        model = program.model_proto
-        for key, value in {"net": record, "multiple": str(multiple), **(metadata or {})}.items():
-            entry = model.metadata_props.add()
-            entry.key, entry.value = key, value
-        onnx.save_model(model, tmp)
-        onnx.checker.check_model(tmp)
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    except OnnxExportError:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_output(path) as tmp:
+            with warnings.catch_warnings(), torch.no_grad(), _quiet_torch_logs():
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(
+                    graph,
+                    (example,),
+                    dynamo=True,
+                    opset_version=opset,
+                    input_names=["image"],
+                    output_names=["restored"],
+                    dynamic_shapes={"image": {0: batch, 2: height, 3: width}},
+                    verbose=False,
+                )
+            model = program.model_proto
+            for key, value in {"net": record, "multiple": str(multiple), **(metadata or {})}.items():
+                entry = model.metadata_props.add()
+                entry.key, entry.value = key, value
+            onnx.save_model(model, str(tmp))
+            onnx.checker.check_model(str(tmp))
     except Exception as err:  # noqa: BLE001 - any tracing or conversion failure: one line, nothing written
-        Path(tmp).unlink(missing_ok=True)
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
         raise OnnxExportError(f"ONNX export of {type(net).__name__} failed: {first[:300]}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -27,7 +26,7 @@ import numpy as np
 from torch import nn
 
 from .inference import restore
-from .io import default_file_mode
+from .io import atomic_output
 
 __all__ = [
     "VIDEO_SUFFIXES",
@@ -164,25 +163,17 @@ def derain_video(
         raise VideoError(
             f"{src}: {info.frames} frames ({info.seconds:.1f} s) is more than the {max_frames} allowed"
         )
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.stem}.", suffix=f".partial{dst.suffix}")
-    os.close(fd)
-    try:
+    with atomic_output(dst, suffix=f".partial{dst.suffix}") as tmp:
         result = _transcode(
             model,
             src,
-            Path(tmp),
+            tmp,
             dst.suffix.lower(),
             dict(tile=tile, overlap=overlap, ensemble=ensemble),
             crf,
             max_frames,
             on_frame,
         )
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return result
 
 
