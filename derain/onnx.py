@@ -117,6 +117,12 @@ def export_onnx(
     """
     import onnx
 
+    try:
+        import onnxscript  # noqa: F401 - torch.onnx's exporter translates the graph with it
+    except ImportError:
+        raise OnnxExportError(
+            "ONNX export needs onnxscript (a dependency of derain): pip install onnxscript"
+        ) from None
     if opset < 17:
         raise OnnxExportError(f"opset should be 17 or newer, got {opset}")
     path = Path(path)
