@@ -8,7 +8,9 @@ NCHW memory format, and the time the DataLoader needs to produce one batch of sy
 (the embedded default's data path) in the main process, plain and with the rain-layer augmentation of
 configs/derain-small/stage2-augment.yaml (gain, resize, turn in one warp; a second layer for some), and procedural
 rain for a batch, numpy per image (loader workers) against ``derain.batch_rain.BatchRain`` (kornia, on the batch's
-device; here the CPU). Prints a table
+device; here the CPU), and a training step eager against ``--model.compile true`` (``torch.compile``) at the batch
+shapes of configs/rain100h.yaml and of the shipped recipe (derain-small, stage 3 on), timed alternately, with
+the one-off compile time. Prints a table
 and one ``RESULT {...}`` JSON line with steps/s, peak memory growth, the loader/step ratio (target: loader < 10%
 of a step, i.e. workers keep up) and the augmented/plain loader ratio.
 """
@@ -24,14 +26,18 @@ import numpy as np
 import torch
 import yaml
 from common import report, reset_peak, status_kb
+from torch import Tensor
 
 from derain.batch_rain import BatchRain
 from derain.data import SyntheticRainDataset
-from derain.lit import charbonnier_loss
+from derain.lit import DerainLitModule, charbonnier_loss
 from derain.models import DerainNet
 from derain.synth import LayerAugment, add_rain, builtin_clean_images, rain_residual
 
-AUGMENT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "derain-small" / "stage2-augment.yaml"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+AUGMENT_RECIPE = CONFIGS / "derain-small" / "stage2-augment.yaml"
+COMPILE_SHAPES = {"rain100h": "rain100h.yaml", "shipped recipe": "derain-small/stage3-large-patch.yaml"}
+"""Where the batch shapes of the compile comparison come from (data.batch_size, data.patch_size)."""
 
 
 def recipe_augment() -> LayerAugment:
@@ -62,6 +68,47 @@ def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple
         step()
         times.append(time.perf_counter() - t)
     return statistics.median(times), (status_kb("VmHWM") - base) / 1024
+
+
+def config_shape(name: str) -> tuple[int, int]:
+    """``(batch_size, patch_size)`` of a bundled config."""
+    data = yaml.safe_load((CONFIGS / name).read_text())["data"]
+    return data["batch_size"], data["patch_size"]
+
+
+def compiled_step_times(batch: int, patch: int, steps: int) -> dict[str, float]:
+    """A training step of ``DerainNet()`` eager and through ``DerainLitModule(compile=True)``, timed alternately
+    (medians, seconds), the first compiled step's time (the compile), and the outputs' largest difference."""
+    torch.manual_seed(0)
+    nets = [DerainNet(), DerainNet()]
+    nets[1].load_state_dict(nets[0].state_dict())
+    fwds = [
+        DerainLitModule(net, compile=flag).train_net() for net, flag in zip(nets, (False, True), strict=True)
+    ]
+    opts = [torch.optim.AdamW(net.parameters(), lr=1e-4) for net in nets]
+    x = torch.rand(batch, 3, patch, patch).contiguous(memory_format=torch.channels_last)
+    y = torch.rand(batch, 3, patch, patch)
+
+    def step(i: int) -> Tensor:
+        out = fwds[i](x)
+        loss = charbonnier_loss(out, y)
+        opts[i].zero_grad(set_to_none=True)
+        loss.backward()
+        opts[i].step()
+        return out.detach()
+
+    first = step(0)
+    t = time.perf_counter()
+    diff = (step(1) - first).abs().max().item()
+    compile_s = time.perf_counter() - t
+    times: list[list[float]] = [[], []]
+    for _ in range(steps):
+        for i in (0, 1):
+            t = time.perf_counter()
+            step(i)
+            times[i].append(time.perf_counter() - t)
+    eager, fast = (statistics.median(ts) for ts in times)
+    return {"eager_s": eager, "compiled_s": fast, "compile_s": compile_s, "max_abs_diff": diff}
 
 
 def loader_time(batch: int, patch: int, batches: int, augment: LayerAugment | None = None) -> float:
@@ -119,6 +166,12 @@ def main() -> None:
     parser.add_argument("--patch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="skip the (slow) NCHW comparison")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="skip the torch.compile comparison (it compiles DerainNet twice: minutes on a CPU)",
+    )
+    parser.add_argument("--compile-steps", type=int, default=8, help="timed steps per side (default 8)")
     args = parser.parse_args()
 
     t_cl, mem_cl = step_times(args.batch, args.patch, args.steps, channels_last=True)
@@ -170,6 +223,21 @@ def main() -> None:
                 f"time), peak +{mem_nchw:.0f} MB",
             )
         )
+    if not args.no_compile:
+        for label, config in COMPILE_SHAPES.items():
+            batch, patch = config_shape(config)
+            c = compiled_step_times(batch, patch, args.compile_steps)
+            key = label.replace(" ", "_")
+            result[f"compile_{key}"] = {"batch": batch, "patch": patch, **c}
+            result[f"compile_{key}_speedup"] = c["eager_s"] / c["compiled_s"]
+            rows.append(
+                (
+                    f"train step of {label} (batch {batch}, {patch}x{patch}): eager vs compiled",
+                    f"{c['eager_s'] * 1e3:.0f} vs {c['compiled_s'] * 1e3:.0f} ms "
+                    f"({c['eager_s'] / c['compiled_s']:.2f}x); compile {c['compile_s']:.0f} s; "
+                    f"outputs differ by {c['max_abs_diff']:.1e}",
+                )
+            )
     report(rows, result)
 
 
