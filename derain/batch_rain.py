@@ -19,7 +19,7 @@ import torch
 from kornia.filters import gaussian_blur2d, motion_blur
 from torch import Tensor, nn
 
-from .synth import RAIN_STYLES, RainStyle
+from .synth import ANY_STYLES, RAIN_STYLES, RainStyle
 
 __all__ = ["BatchRain"]
 
@@ -47,7 +47,7 @@ class BatchRain(nn.Module):
     """
 
     def __init__(
-        self, styles: tuple[RainStyle, ...] = tuple(RAIN_STYLES.values()), beta: float = 0.0
+        self, styles: tuple[RainStyle, ...] = tuple(RAIN_STYLES[n] for n in ANY_STYLES), beta: float = 0.0
     ) -> None:
         super().__init__()
         if not styles:

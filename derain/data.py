@@ -37,7 +37,9 @@ from derain.io import (
 )
 from derain.pairing import LAYOUTS, DataError, check_pairs, find_pairs
 from derain.synth import (
+    ANY_STYLES,
     COMPOSITE_BETA,
+    RAIN_STYLES,
     LayerAugment,
     add_rain,
     builtin_clean_images,
@@ -75,6 +77,18 @@ def check_probability(name: str, value: float) -> None:
     """A ``DataError`` naming the option unless ``value`` is a probability."""
     if not 0.0 <= value <= 1.0:
         raise DataError(f"{name} must be in [0, 1], got {value}")
+
+
+def check_styles(name: str, styles: Sequence[str]) -> tuple[str, ...]:
+    """``styles`` as a tuple; a ``DataError`` naming the option unless it lists known rain styles."""
+    styles = (styles,) if isinstance(styles, str) else tuple(styles)
+    unknown = [s for s in styles if s not in RAIN_STYLES]
+    if not styles or unknown:
+        raise DataError(
+            f"{name} must name one or more of {', '.join(RAIN_STYLES)}; got {list(styles)}"
+            + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else "")
+        )
+    return styles
 
 
 def _expand(name: str, folder: str) -> str:
@@ -185,6 +199,9 @@ class Synthesis:
             Rain100H; 0 is plain addition with ``clip(rainy − clean)`` layers, as before it was fitted.
         rain_free_prob: share of synthetic samples left without rain (input = target), so the network learns to
             leave rain-free content, its brightness included, as it is.
+        procedural_styles: the procedural rain's styles (``derain.synth.RAIN_STYLES``), one drawn per sample:
+            ``light``, ``medium``, ``heavy`` (the default, all three) or ``rain100h``, the style fitted to
+            Rain100H's streaks (``benchmarks/streaks.py``).
         val_length: size of the fixed synthetic validation set when there are no validation pairs.
         render_on_device: render the procedural rain on the training device, a batch at a time
             (``derain.batch_rain.BatchRain``, kornia), instead of in the loader workers: for GPUs, whose steps
@@ -202,6 +219,7 @@ class Synthesis:
     layer_augment: LayerAugment = field(default_factory=LayerAugment)
     composite_beta: float = COMPOSITE_BETA
     rain_free_prob: float = 0.0
+    procedural_styles: tuple[str, ...] = ANY_STYLES
     val_length: int = 8
     render_on_device: bool = False
 
@@ -217,6 +235,7 @@ class Synthesis:
         check_probability("layer_share", self.layer_share)
         check_probability("composite_beta", self.composite_beta)
         check_probability("rain_free_prob", self.rain_free_prob)
+        check_styles("procedural_styles", self.procedural_styles)
         if self.length < 0 or self.val_length < 0:
             raise DataError(f"length and val_length must be >= 0, got {self.length} and {self.val_length}")
 
@@ -504,6 +523,8 @@ class SyntheticRainDataset(_Seeded, Dataset):
         beta: the composite's β for transplanted and procedural rain (``derain.synth.composite``; 0: added).
         defer_procedural: leave the procedural items' rain to the training device: their ``rain`` is the clean
             crop and ``render`` is True (``DerainDataModule`` renders them with ``BatchRain``).
+        styles: names in ``derain.synth.RAIN_STYLES`` the procedural rain picks from, one at random per item;
+            None: ``"any"`` (``ANY_STYLES``, light to heavy).
     """
 
     SALT = 1
@@ -525,6 +546,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         streak_layers: Sequence[np.ndarray] = (),
         streak_share: float = 0.5,
         beta: float = 0.0,
+        styles: Sequence[str] | None = None,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -552,6 +574,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         self.layer_augment = layer_augment
         self.rain_free_prob = rain_free_prob
         self.defer_procedural = defer_procedural
+        self.styles = check_styles("styles", styles) if styles is not None else None
         self.transform = crop_transform(patch_size, random=True, turns="any")
         self.reseed(0)
 
@@ -582,7 +605,10 @@ class SyntheticRainDataset(_Seeded, Dataset):
         elif self.defer_procedural:
             rainy, render = clean, True
         else:
-            rainy = add_rain(clean, rng, beta=self.beta)
+            # one style: no draw, so that the random stream is otherwise as with "any"
+            styles = self.styles or ("any",)
+            style = styles[int(rng.integers(len(styles)))] if len(styles) > 1 else styles[0]
+            rainy = add_rain(clean, rng, style, beta=self.beta)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
         rain_t, clean_t = (to_tensor(np.round(im * 255.0).astype(np.uint8)) for im in (rainy, clean))
         return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}", "render": render}
@@ -837,6 +863,7 @@ class DerainDataModule(L.LightningDataModule):
                     streak_layers=self._streak_layers(),
                     streak_share=syn.layer_share,
                     beta=syn.composite_beta,
+                    styles=None if tuple(syn.procedural_styles) == ANY_STYLES else syn.procedural_styles,
                 )
             )
         elif syn.rain_free_prob > 0:
@@ -895,7 +922,8 @@ class DerainDataModule(L.LightningDataModule):
         if render is None or not bool(render.any()):
             return batch
         if self._batch_rain is None:
-            self._batch_rain = BatchRain(beta=self.synthesis.composite_beta)
+            styles = tuple(RAIN_STYLES[name] for name in self.synthesis.procedural_styles)
+            self._batch_rain = BatchRain(styles, beta=self.synthesis.composite_beta)
         rainy = self._batch_rain(batch["clean"][render])
         batch["rain"][render] = torch.round(rainy * 255) / 255  # 8 bits, as the workers' samples are
         return batch

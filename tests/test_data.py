@@ -25,7 +25,7 @@ from derain.data import (
     read_name_list,
     seed_worker,
 )
-from derain.synth import LayerAugment
+from derain.synth import RAIN_STYLES, LayerAugment
 
 RAIN100H_MINI = SHARED_DATA / "rain100h-train-mini"
 
@@ -599,3 +599,40 @@ def test_exclude_list_names_that_match_nothing_are_reported(tmp_path: Path, capl
     with caplog.at_level("WARNING"):
         dm.setup("fit")
     assert len(dm.excluded_pairs) == 1 and "no pair named 7" in caplog.text
+
+
+def test_procedural_styles_pick_the_rain_and_are_checked(tmp_path: Path) -> None:
+    """``procedural_styles`` reaches the procedural items (and the device renderer); the default keeps the
+    random stream of ``"any"``; unknown names are an error naming the option and the styles there are."""
+    photo = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+
+    def items(styles):
+        data = SyntheticRainDataset([photo], length=4, patch_size=48, seed=3, fixed=True, styles=styles)
+        return torch.stack([data[i]["rain"] for i in range(4)])
+
+    default, fitted = items(None), items(["rain100h"])
+    assert torch.equal(default, items(None)) and torch.equal(fitted, items(["rain100h"]))  # seeded
+    assert not torch.equal(default, fitted)
+    options = small_synthetic_data(tmp_path, synthesis={"procedural_styles": ("rain100h",)})
+    dm = DerainDataModule(**options)
+    dm.setup("fit")
+    assert dm.train_set.styles == ("rain100h",)
+    options = small_synthetic_data(
+        tmp_path, synthesis={"render_on_device": True, "procedural_styles": ("heavy",)}
+    )
+    dm = DerainDataModule(**options)
+    dm.setup("fit")
+    batch = {
+        "rain": torch.zeros(2, 3, 32, 32),
+        "clean": torch.full((2, 3, 32, 32), 0.4),
+        "render": torch.ones(2, dtype=torch.bool),
+    }
+    dm.on_after_batch_transfer(batch, 0)
+    assert dm._batch_rain.styles == (RAIN_STYLES["heavy"],)
+    with pytest.raises(
+        DataError,
+        match=r"procedural_styles must name one or more of light, medium, heavy, rain100h; got \['drizzle'\] \('drizzle' unknown\)",
+    ):
+        Synthesis(procedural_styles=("drizzle",))
+    with pytest.raises(DataError, match=r"procedural_styles must name one or more"):
+        Synthesis(procedural_styles=())
