@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from derain.evaluate import main, pair_files, score_pair
+from derain.evaluate import main, pair_files, score_pair, spread
 from derain.export import save_net
 from derain.inference import load_model, restore
 from derain.io import read_rgb
@@ -82,6 +82,9 @@ def test_scores_match_hand_computed_values(
     assert result["ssim_y"] == pytest.approx(flat_ssim(102, 110), abs=SSIM_TOL)
     assert result["bias_y"] == pytest.approx(110 - 102)  # Y levels: brighter than the clean image
     assert result["missing_clean"] == [] and result["failed"] == 0
+    psnr_spread = result["spread"]["psnr_y"]  # four equal images: no spread
+    assert psnr_spread["min"] == pytest.approx(PSNR_Y, abs=1e-3) and psnr_spread["std"] == pytest.approx(0)
+    assert psnr_spread["ci95"] == pytest.approx([psnr_spread["min"]] * 2)
 
     with (tmp_path / "s.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -103,9 +106,12 @@ def test_table_output_and_missing_files(
     assert f"missing: no clean image in {clean} for lonely.png" in err
     assert "failed: size 10x10 of" in err and "differs from 32x24" in err
     assert out.splitlines()[0].split() == ["name", "psnr_y", "ssim_y", "psnr", "ssim", "bias_y"]
-    mean = out.splitlines()[-2].split()
+    lines = out.splitlines()
+    mean = lines[-4].split()
     assert mean[0] == "mean" and float(mean[3]) == pytest.approx(PSNR_RGB, abs=1e-3)
-    assert out.splitlines()[-1] == "4 image(s)"
+    assert lines[-3] == "4 image(s)"
+    assert lines[-2].startswith("psnr_y: min ") and "95% bootstrap interval of the mean [" in lines[-2]
+    assert lines[-1].startswith("ssim_y: min ")
 
 
 @pytest.fixture
@@ -187,3 +193,16 @@ def test_names_scores_only_a_subset_and_rejects_unknown_names(tmp_path, capsys):
     assert out["count"] == 2 and out["psnr"] is None  # identical images only: infinite PSNR
     assert main([*args, "--names", "a,zzz"]) == 2
     assert "zzz" in capsys.readouterr().err
+
+
+def test_spread_reports_range_deviation_and_a_bootstrap_interval() -> None:
+    rows = [{"name": f"{i}", "clean": f"{i}", "psnr_y": v} for i, v in enumerate([20.0, 22.0, 24.0, 26.0])]
+    sp = spread(rows, "psnr_y")
+    assert (sp["min"], sp["max"]) == (20.0, 26.0)
+    assert sp["std"] == pytest.approx(2.5820, abs=1e-4)
+    low, high = sp["ci95"]
+    assert 20.0 <= low < 23.0 < high <= 26.0 and high - low > 2  # four images: a wide interval
+    assert spread(rows, "psnr_y") == sp  # seeded
+    wider = spread(rows[:2], "psnr_y")["ci95"]
+    assert wider[0] == 20.0 and wider[1] == 22.0  # two images: the means lie between them
+    assert spread(rows[:1], "psnr_y") == {"min": 20.0, "max": 20.0, "std": 0.0, "ci95": [20.0, 20.0]}
