@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             args.out_file = out_dir
             out_dir = out_dir.parent
-        if out_dir == in_dir or (args.out_file or out_dir) == in_dir:
+        if (args.out_file or out_dir) == in_dir:
             print(f"error: OUT {args.out_dir} would overwrite IN", file=sys.stderr)
             return 2
     elif not in_dir.is_dir():
