@@ -164,6 +164,11 @@ def test_usage_errors_exit_2(photos: Path, tiny_weights: Path, capsys: pytest.Ca
     assert main([str(photos), str(photos.parent / "o"), "--tile", "16", "--overlap", "16"]) == 2
     assert "0 <= overlap < tile, got --tile 16 --overlap 16" in capsys.readouterr().err
     assert not (photos.parent / "o").exists()
+    good = photos / "good.png"
+    before = good.read_bytes()
+    assert main([str(good), str(good), "--weights", str(tiny_weights)]) == 2  # one file onto itself
+    assert "would overwrite IN" in capsys.readouterr().err
+    assert good.read_bytes() == before
 
 
 def test_module_entry_without_weights_gives_clear_message(photos: Path, tmp_path: Path) -> None:
