@@ -523,8 +523,8 @@ class SyntheticRainDataset(_Seeded, Dataset):
         beta: the composite's β for transplanted and procedural rain (``derain.synth.composite``; 0: added).
         defer_procedural: leave the procedural items' rain to the training device: their ``rain`` is the clean
             crop and ``render`` is True (``DerainDataModule`` renders them with ``BatchRain``).
-        styles: names in ``derain.synth.RAIN_STYLES`` the procedural rain picks from, one at random per item;
-            None: ``"any"`` (``ANY_STYLES``, light to heavy).
+        styles: names in ``derain.synth.RAIN_STYLES`` the procedural rain picks from, one at random per item
+            (default ``ANY_STYLES``, light to heavy, as ``add_rain``'s ``"any"``).
     """
 
     SALT = 1
@@ -546,7 +546,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         streak_layers: Sequence[np.ndarray] = (),
         streak_share: float = 0.5,
         beta: float = 0.0,
-        styles: Sequence[str] | None = None,
+        styles: Sequence[str] = ANY_STYLES,
     ) -> None:
         if not clean_images:
             raise ValueError("SyntheticRainDataset needs at least one clean image, got none")
@@ -574,7 +574,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         self.layer_augment = layer_augment
         self.rain_free_prob = rain_free_prob
         self.defer_procedural = defer_procedural
-        self.styles = check_styles("styles", styles) if styles is not None else None
+        self.styles = check_styles("styles", styles)
         self.transform = crop_transform(patch_size, random=True, turns="any")
         self.reseed(0)
 
@@ -605,10 +605,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         elif self.defer_procedural:
             rainy, render = clean, True
         else:
-            # one style: no draw, so that the random stream is otherwise as with "any"
-            styles = self.styles or ("any",)
-            style = styles[int(rng.integers(len(styles)))] if len(styles) > 1 else styles[0]
-            rainy = add_rain(clean, rng, style, beta=self.beta)
+            rainy = add_rain(clean, rng, self.styles, beta=self.beta)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
         rain_t, clean_t = (to_tensor(np.round(im * 255.0).astype(np.uint8)) for im in (rainy, clean))
         return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}", "render": render}
@@ -863,7 +860,7 @@ class DerainDataModule(L.LightningDataModule):
                     streak_layers=self._streak_layers(),
                     streak_share=syn.layer_share,
                     beta=syn.composite_beta,
-                    styles=None if tuple(syn.procedural_styles) == ANY_STYLES else syn.procedural_styles,
+                    styles=syn.procedural_styles,
                 )
             )
         elif syn.rain_free_prob > 0:

@@ -245,7 +245,11 @@ def add_haze(image: np.ndarray, t: float, airlight: float | np.ndarray = 0.9) ->
 
 
 def add_rain(
-    clean: np.ndarray, rng: np.random.Generator, style: RainStyle | str = "any", *, beta: float = 0.0
+    clean: np.ndarray,
+    rng: np.random.Generator,
+    style: RainStyle | str | Sequence[str] = "any",
+    *,
+    beta: float = 0.0,
 ) -> np.ndarray:
     """Render rain onto a clean image: optional haze, then streaks put on by ``composite`` with ``beta`` (0:
     added), clipped to [0, 1].
@@ -254,7 +258,7 @@ def add_rain(
         clean: (H, W, 3) image, float in [0, 1] or uint8.
         rng: the source of randomness.
         style: a ``RainStyle``, a name from ``RAIN_STYLES`` (``"light"``, ``"medium"``, ``"heavy"``,
-            ``"rain100h"``), or ``"any"`` to pick one of ``ANY_STYLES`` at random.
+            ``"rain100h"``), several such names to pick one of at random, or ``"any"`` for ``ANY_STYLES``.
         beta: the composite's β (``composite``; 0, the default, adds the streaks).
 
     Returns:
@@ -266,10 +270,12 @@ def add_rain(
         (32, 48, 3)
     """
     _check_image(clean, "add_rain clean image")
+    if style == "any":
+        style = ANY_STYLES
+    if not isinstance(style, (str, RainStyle)):  # names to pick one from
+        style = str(rng.choice(list(style)))
     if isinstance(style, str):
-        if style == "any":
-            style = RAIN_STYLES[str(rng.choice(list(ANY_STYLES)))]
-        elif style in RAIN_STYLES:
+        if style in RAIN_STYLES:
             style = RAIN_STYLES[style]
         else:
             raise ValueError(f"unknown rain style {style!r}; expected 'any' or one of {sorted(RAIN_STYLES)}")

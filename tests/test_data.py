@@ -607,7 +607,8 @@ def test_procedural_styles_pick_the_rain_and_are_checked(tmp_path: Path) -> None
     photo = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
 
     def items(styles):
-        data = SyntheticRainDataset([photo], length=4, patch_size=48, seed=3, fixed=True, styles=styles)
+        extra = {} if styles is None else {"styles": styles}
+        data = SyntheticRainDataset([photo], length=4, patch_size=48, seed=3, fixed=True, **extra)
         return torch.stack([data[i]["rain"] for i in range(4)])
 
     default, fitted = items(None), items(["rain100h"])

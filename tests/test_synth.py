@@ -330,3 +330,12 @@ def test_saturated_pixels_get_at_least_a_typical_streak_value() -> None:
     # are at least the typical streak value of the image, and the dark side keeps its larger bound
     assert layer[5:15, :10].min() >= layer[0, 0].max() - 1e-6
     assert np.all(layer[5:15, 10:] >= layer[5:15, :10].min())
+
+
+def test_a_list_of_style_names_picks_one_like_any() -> None:
+    clean = np.full((32, 40, 3), 0.3, np.float32)
+    drawn = synth.add_rain(clean, np.random.default_rng(5), synth.ANY_STYLES)
+    assert np.array_equal(drawn, synth.add_rain(clean, np.random.default_rng(5), "any"))
+    assert not np.array_equal(drawn, synth.add_rain(clean, np.random.default_rng(5), ["rain100h"]))
+    with pytest.raises(ValueError, match="unknown rain style 'drizzle'"):
+        synth.add_rain(clean, np.random.default_rng(0), ["heavy", "drizzle", "drizzle", "drizzle"] * 8)
