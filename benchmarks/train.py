@@ -45,6 +45,16 @@ def recipe_augment() -> LayerAugment:
     return LayerAugment(**yaml.safe_load(AUGMENT_RECIPE.read_text())["data"]["synthesis"]["layer_augment"])
 
 
+def train_step(fwd: torch.nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor) -> Tensor:
+    """One training step (forward, Charbonnier loss, backward, AdamW); returns the detached output."""
+    out = fwd(x)
+    loss = charbonnier_loss(out, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return out.detach()
+
+
 def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple[float, float]:
     """Median seconds per training step and peak RSS growth (MB) over the timed steps."""
     torch.manual_seed(0)
@@ -55,10 +65,7 @@ def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple
     y = torch.rand(batch, 3, patch, patch)
 
     def step() -> None:
-        loss = charbonnier_loss(net(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        train_step(net, opt, x, y)
 
     step()  # warm-up (allocations, oneDNN kernels)
     base = reset_peak()
@@ -90,12 +97,7 @@ def compiled_step_times(batch: int, patch: int, steps: int) -> dict[str, float]:
     y = torch.rand(batch, 3, patch, patch)
 
     def step(i: int) -> Tensor:
-        out = fwds[i](x)
-        loss = charbonnier_loss(out, y)
-        opts[i].zero_grad(set_to_none=True)
-        loss.backward()
-        opts[i].step()
-        return out.detach()
+        return train_step(fwds[i], opts[i], x, y)
 
     first = step(0)
     t = time.perf_counter()
