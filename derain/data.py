@@ -121,10 +121,12 @@ class PairSources:
     Attributes:
         root: a folder with ``train/`` and ``test/`` pair folders, e.g. ``datasets/Rain100H``.
         train_dirs: more pair folders for training.
-        val_dirs: explicit validation pair folders.
+        val_dirs: explicit validation pair folders (their pairs are not trained on unless also in training).
         test_dirs: more test pair folders.
-        val_fraction: without ``val_dirs``: share of the real training pairs held out for validation (at least 1).
+        val_fraction: share of the real training pairs held out for validation (at least 1): without
+            ``val_dirs``, or with ``val_dirs`` when ``val_from`` is set (then validation is both).
         val_from: folders (among the training folders) the ``val_fraction`` hold-out draws from; default all.
+            Set together with ``val_dirs``, validation is the ``val_dirs`` pairs plus this hold-out.
         exclude_list: text file of pairs dropped from training: ``FOLDER/NAME`` a line (``FOLDER`` the training
             folder's name, or as many trailing parts of its path as tell it apart); a bare ``NAME`` only when
             there is one training folder. ``#`` starts a comment.
@@ -632,8 +634,9 @@ class DerainDataModule(L.LightningDataModule):
 
     Training: the real pairs of ``pairs`` (minus the listed and the test-overlapping ones, minus the validation
     hold-out), repeated ``pairs.repeat`` times, plus ``synthesis.length`` synthetic pairs per epoch when
-    ``synthesis`` has photos. Validation: ``pairs.val_dirs`` (full images); else a seeded ``pairs.val_fraction``
-    of the real training pairs (full images); else, with only synthetic data, ``synthesis.val_length`` fixed
+    ``synthesis`` has photos. Validation: ``pairs.val_dirs`` (full images), plus a seeded ``pairs.val_fraction``
+    of the ``pairs.val_from`` training pairs when that is set; without ``val_dirs``, that seeded share of the
+    real training pairs (full images); else, with only synthetic data, ``synthesis.val_length`` fixed
     synthetic 256×256 crops. Test: ``root/test`` and ``pairs.test_dirs`` (full images). Validation and test
     loaders use batch size 1: image sizes differ.
 
@@ -739,12 +742,12 @@ class DerainDataModule(L.LightningDataModule):
         return [p for i, p in enumerate(pairs) if i not in hits]
 
     def _hold_out(self, pairs: list[Pair]) -> list[Pair]:
-        """Step 4: the validation pairs (``val_dirs``, or a seeded share of ``pairs``); returns the rest."""
-        if self.pairs.val_dirs:
-            self.val_pairs = [p for folder in self.pairs.val_dirs for p in find_pairs(folder)]
-            check_pairs(self.val_pairs)
-            return pairs
-        if not pairs or self.pairs.val_fraction == 0:
+        """Step 4: the validation pairs (``val_dirs``, a seeded share of ``pairs``, or both when ``val_from`` is
+        set beside ``val_dirs``); returns the rest."""
+        explicit = [p for folder in self.pairs.val_dirs for p in find_pairs(folder)]
+        check_pairs(explicit)
+        self.val_pairs = explicit
+        if (explicit and not self.pairs.val_from) or not pairs or self.pairs.val_fraction == 0:
             return pairs
         candidates = list(range(len(pairs)))
         if self.pairs.val_from:
@@ -757,7 +760,7 @@ class DerainDataModule(L.LightningDataModule):
             )
         order = np.random.default_rng(self.seed).permutation(len(candidates))
         held = {candidates[j] for j in order[:n_val].tolist()}
-        self.val_pairs = [p for i, p in enumerate(pairs) if i in held]
+        self.val_pairs = explicit + [p for i, p in enumerate(pairs) if i in held]
         return [p for i, p in enumerate(pairs) if i not in held]
 
     def _clean_photos(self) -> list[np.ndarray]:

@@ -211,6 +211,32 @@ def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tm
         ).setup("fit")
 
 
+def test_val_dirs_beside_val_from_validate_on_both(tmp_path: Path) -> None:
+    names = [f"{i}.png" for i in range(1, 6)]
+    make_pairs(tmp_path / "a", names, names)
+    make_pairs(tmp_path / "v", names[:2], names[:2])
+    both = DerainDataModule(
+        **small_synthetic_data(
+            tmp_path,
+            tmp_path / "a",
+            val_dirs=(str(tmp_path / "v"),),
+            val_from=(str(tmp_path / "a"),),
+            val_fraction=0.4,
+        )
+    )
+    both.setup("fit")
+    folders = sorted(rain.parent.parent.name for rain, _ in both.val_pairs)
+    assert folders == ["a", "a", "v", "v"]
+    assert (
+        len(both.train_set.datasets[0]) == 5 - 2
+    )  # the hold-out left training; the val_dirs pairs never joined
+    alone = DerainDataModule(
+        **small_synthetic_data(tmp_path, tmp_path / "a", val_dirs=(str(tmp_path / "v"),))
+    )
+    alone.setup("fit")  # val_dirs without val_from: those pairs only, every training pair trains
+    assert len(alone.val_pairs) == 2 and len(alone.train_set.datasets[0]) == 5
+
+
 def test_patches_larger_than_the_image_are_padded(tmp_path: Path) -> None:
     make_pairs(tmp_path, ["1.png"], ["1.png"])
     item = PairedDataset(find_pairs(tmp_path), patch_size=40, augment=True)[0]
