@@ -237,7 +237,9 @@ class Synthesis:
         check_probability("layer_share", self.layer_share)
         check_probability("composite_beta", self.composite_beta)
         check_probability("rain_free_prob", self.rain_free_prob)
-        check_styles("procedural_styles", self.procedural_styles)
+        object.__setattr__(
+            self, "procedural_styles", check_styles("procedural_styles", self.procedural_styles)
+        )
         if self.length < 0 or self.val_length < 0:
             raise DataError(f"length and val_length must be >= 0, got {self.length} and {self.val_length}")
 

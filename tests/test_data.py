@@ -227,9 +227,8 @@ def test_val_dirs_beside_val_from_validate_on_both(tmp_path: Path) -> None:
     both.setup("fit")
     folders = sorted(rain.parent.parent.name for rain, _ in both.val_pairs)
     assert folders == ["a", "a", "v", "v"]
-    assert (
-        len(both.train_set.datasets[0]) == 5 - 2
-    )  # the hold-out left training; the val_dirs pairs never joined
+    # the hold-out left training; the val_dirs pairs never joined
+    assert len(both.train_set.datasets[0]) == 5 - 2
     alone = DerainDataModule(
         **small_synthetic_data(tmp_path, tmp_path / "a", val_dirs=(str(tmp_path / "v"),))
     )
@@ -663,3 +662,4 @@ def test_procedural_styles_pick_the_rain_and_are_checked(tmp_path: Path) -> None
         Synthesis(procedural_styles=("drizzle",))
     with pytest.raises(DataError, match=r"procedural_styles must name one or more"):
         Synthesis(procedural_styles=())
+    assert Synthesis(procedural_styles="heavy").procedural_styles == ("heavy",)  # one name: a tuple of one
