@@ -35,7 +35,7 @@ from derain.io import (
     read_rgb,
     to_tensor,
 )
-from derain.pairing import LAYOUTS, DataError, check_pairs, find_pairs
+from derain.pairing import LAYOUTS, DataError, check_pairs, find_pairs, pair_set
 from derain.synth import (
     ANY_STYLES,
     COMPOSITE_BETA,
@@ -125,8 +125,11 @@ class PairSources:
         test_dirs: more test pair folders.
         val_fraction: share of the real training pairs held out for validation (at least 1): without
             ``val_dirs``, or with ``val_dirs`` when ``val_from`` is set (then validation is both).
-        val_from: folders (among the training folders) the ``val_fraction`` hold-out draws from; default all.
-            Set together with ``val_dirs``, validation is the ``val_dirs`` pairs plus this hold-out.
+        val_from: folders (among the training folders) the ``val_fraction`` hold-out draws from, each its own
+            seeded share (18 and 200 pairs at 0.2: 4 and 40); default one share of all training pairs. A folder
+            that is not a training folder gives its share to validation only (the same pairs as if it trained). Set
+            together with ``val_dirs``, validation is the ``val_dirs`` pairs plus this hold-out. Training pairs
+            whose clean image shows a validation clean image are dropped (by content) and logged.
         exclude_list: text file of pairs dropped from training: ``FOLDER/NAME`` a line (``FOLDER`` the training
             folder's name, or as many trailing parts of its path as tell it apart); a bare ``NAME`` only when
             there is one training folder. ``#`` starts a comment.
@@ -189,6 +192,9 @@ class Synthesis:
         transplant_prob: share of synthetic samples that get a real rain layer from a training pair.
         transplant_from: folders (among the training folders) whose pairs give their rain layers; default all.
             Held-out validation pairs never give theirs.
+        transplant_shares: with ``transplant_from``, the share of the pairs' transplanted layers each of its
+            folders gives (one a folder, summing to 1; e.g. ``[0.75, 0.25]`` for heavy and light donors whatever
+            their counts); default: every donor layer equally likely.
         layer_dirs: folders of rendered rain layers (bright streaks on black, grey or RGB images, e.g. Garg &
             Nayar's streak database), transplanted like the pairs' layers.
         layer_share: share of the transplanted samples whose layer comes from ``layer_dirs`` when the pairs
@@ -216,6 +222,7 @@ class Synthesis:
     length: int = 0
     transplant_prob: float = 0.5
     transplant_from: tuple[str, ...] = ()
+    transplant_shares: tuple[float, ...] = ()
     layer_dirs: tuple[str, ...] = ()
     layer_share: float = 0.5
     layer_augment: LayerAugment = field(default_factory=LayerAugment)
@@ -234,6 +241,16 @@ class Synthesis:
                 if not Path(folder).is_dir():
                     raise DataError(f"{what} folder {folder} ({option}) does not exist")
         check_probability("transplant_prob", self.transplant_prob)
+        if self.transplant_shares:
+            shares = tuple(float(x) for x in self.transplant_shares)
+            object.__setattr__(self, "transplant_shares", shares)
+            if len(shares) != len(self.transplant_from) or any(not 0 <= x <= 1 for x in shares):
+                raise DataError(
+                    f"transplant_shares {list(shares)} must give one share in [0, 1] for each of the "
+                    f"{len(self.transplant_from)} transplant_from folders"
+                )
+            if abs(sum(shares) - 1.0) > 1e-6:
+                raise DataError(f"transplant_shares {list(shares)} must sum to 1, got {sum(shares):g}")
         check_probability("layer_share", self.layer_share)
         check_probability("composite_beta", self.composite_beta)
         check_probability("rain_free_prob", self.rain_free_prob)
@@ -446,6 +463,8 @@ class PairedDataset(_Seeded, Dataset):
         rotate90: with ``augment``, 90° turns instead of vertical flips (they turn rain streaks horizontal).
         seed: seed of the augmentation stream (each DataLoader worker derives its own from it).
         cache: keep decoded images in memory (worth it for small data sets).
+        sets: a name per pair (its data set; validation reports each set apart), in items as ``"set"``;
+            default ``""``.
     """
 
     def __init__(
@@ -457,10 +476,14 @@ class PairedDataset(_Seeded, Dataset):
         rotate90: bool = False,
         seed: int = 0,
         cache: bool = True,
+        sets: Sequence[str] | None = None,
     ) -> None:
         if patch_size is not None and patch_size < 1:
             raise ValueError(f"patch_size must be a positive int or None, got {patch_size}")
         self.pairs = [(Path(r), Path(c)) for r, c in pairs]
+        self.sets = list(sets) if sets is not None else [""] * len(self.pairs)
+        if len(self.sets) != len(self.pairs):
+            raise ValueError(f"sets names {len(self.sets)} sets for {len(self.pairs)} pairs; give one a pair")
         self.cache = cache
         self._images: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.seed = seed
@@ -496,7 +519,8 @@ class PairedDataset(_Seeded, Dataset):
             out = self.transform(image=rain, clean=clean)
             rain, clean = out["image"], out["clean"]
         name = pair_name(self.pairs[index][1])
-        return {"rain": to_tensor(rain), "clean": to_tensor(clean), "name": name, "render": False}
+        item = {"rain": to_tensor(rain), "clean": to_tensor(clean), "name": name, "render": False}
+        return item | {"set": self.sets[index]}
 
 
 class SyntheticRainDataset(_Seeded, Dataset):
@@ -512,6 +536,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         length: items per epoch.
         patch_size: crop size.
         rain_residuals: real rain layers, uint8 or float (H, W, 3); may be empty.
+        residual_weights: the chance of each of ``rain_residuals`` being drawn (summing to 1); default equal.
         transplant_prob: share of items using a real rain layer (when ``rain_residuals`` is not empty).
         seed: seed of the random stream.
         fixed: item ``i`` is always the same (seeded by ``seed`` and ``i``), for validation sets; otherwise
@@ -540,6 +565,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         length: int,
         patch_size: int,
         rain_residuals: Sequence[np.ndarray] = (),
+        residual_weights: Sequence[float] | None = None,
         transplant_prob: float = 0.5,
         seed: int = 0,
         fixed: bool = False,
@@ -566,6 +592,15 @@ class SyntheticRainDataset(_Seeded, Dataset):
         check_probability("streak_share", streak_share)
         self.clean_images = list(clean_images)
         self.rain_residuals = list(rain_residuals)
+        self.residual_weights = None if residual_weights is None else np.asarray(residual_weights, float)
+        if self.residual_weights is not None and (
+            len(self.residual_weights) != len(self.rain_residuals)
+            or abs(self.residual_weights.sum() - 1) > 1e-6
+        ):
+            raise ValueError(
+                f"residual_weights: {len(self.residual_weights)} weights summing to {self.residual_weights.sum():g}"
+                f" for {len(self.rain_residuals)} layers; give one a layer, summing to 1"
+            )
         self.streak_layers = list(streak_layers)
         self.streak_share = streak_share
         check_probability("beta", beta)
@@ -599,12 +634,18 @@ class SyntheticRainDataset(_Seeded, Dataset):
         if self.rain_free_prob > 0 and rng.random() < self.rain_free_prob:
             rainy = clean
         elif rng.random() < self.transplant_prob:
-            layers = self.rain_residuals
+            layers, weights = self.rain_residuals, self.residual_weights
             # drawn only with both kinds of layer, so that the random stream is otherwise as before
             if self.streak_layers and (not layers or rng.random() < self.streak_share):
-                layers = self.streak_layers
+                layers, weights = self.streak_layers, None
             rainy = transplant_layers(
-                clean, layers, rng, rotate90=self.rotate90, augment=self.layer_augment, beta=self.beta
+                clean,
+                layers,
+                rng,
+                rotate90=self.rotate90,
+                augment=self.layer_augment,
+                beta=self.beta,
+                weights=weights,
             )
         elif self.defer_procedural:
             rainy, render = clean, True
@@ -616,6 +657,13 @@ class SyntheticRainDataset(_Seeded, Dataset):
 
 
 # ------------------------------------------------------------------------------------------ data module
+
+
+def _seeded_share(n: int, fraction: float, seed: int) -> list[int]:
+    """The indices (of ``n``) a hold-out of ``fraction`` (at least 1) takes with ``seed``."""
+    if n == 0:
+        return []
+    return np.random.default_rng(seed).permutation(n)[: max(1, round(fraction * n))].tolist()
 
 
 def _indices_from(pairs: Sequence[Pair], folders: Sequence[str], option: str) -> list[int]:
@@ -697,12 +745,14 @@ class DerainDataModule(L.LightningDataModule):
         self.test_pairs: list[Pair] = []
         self.excluded_pairs: list[Pair] = []
         self.overlap_pairs: list[Pair] = []
+        self.val_background_pairs: list[Pair] = []
         self.dropped_photos = 0
         self.clean_images: list[np.ndarray] = []
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         self._batch_rain: BatchRain | None = None
+        self._layer_weights: np.ndarray | None = None  # each pair layer's chance (synthesis.transplant_shares)
 
     # -- set-up steps --------------------------------------------------------------------------------------
 
@@ -745,25 +795,47 @@ class DerainDataModule(L.LightningDataModule):
 
     def _hold_out(self, pairs: list[Pair]) -> list[Pair]:
         """Step 4: the validation pairs (``val_dirs``, a seeded share of ``pairs``, or both when ``val_from`` is
-        set beside ``val_dirs``); returns the rest."""
+        set beside ``val_dirs``); returns the rest, minus the training pairs whose clean image shows a
+        validation clean image (another rain on the same background would leak it into training)."""
         explicit = [p for folder in self.pairs.val_dirs for p in find_pairs(folder)]
         check_pairs(explicit)
         self.val_pairs = explicit
         if (explicit and not self.pairs.val_from) or not pairs or self.pairs.val_fraction == 0:
-            return pairs
-        candidates = list(range(len(pairs)))
+            return self._drop_val_backgrounds(pairs)
+        # one pool of all training pairs, or each val_from folder its own seeded share; a val_from folder that
+        # does not train gives its share to validation and nothing else (the same pairs as when it trains)
+        training = {folder.resolve() for folder in self.pairs.train_folders()}
+        pools = [list(range(len(pairs)))]
         if self.pairs.val_from:
-            candidates = _indices_from(pairs, self.pairs.val_from, "val_from")
-        n_val = max(1, round(self.pairs.val_fraction * len(candidates)))
-        if n_val >= len(pairs) and not self.synthesis.used:
+            pools = []
+            for folder in self.pairs.val_from:
+                if Path(folder).resolve() in training:
+                    pools.append(_indices_from(pairs, (folder,), "val_from"))
+                else:
+                    own = find_pairs(folder)
+                    explicit += [own[j] for j in _seeded_share(len(own), self.pairs.val_fraction, self.seed)]
+        held = {pool[j] for pool in pools for j in _seeded_share(len(pool), self.pairs.val_fraction, self.seed)}
+        if len(held) >= len(pairs) and not self.synthesis.used:
             raise DataError(
-                f"only {len(pairs)} training pair(s): holding out {n_val} for validation leaves none to "
+                f"only {len(pairs)} training pair(s): holding out {len(held)} for validation leaves none to "
                 "train on; add pairs, set val_dirs, or val_fraction: 0"
             )
-        order = np.random.default_rng(self.seed).permutation(len(candidates))
-        held = {candidates[j] for j in order[:n_val].tolist()}
         self.val_pairs = explicit + [p for i, p in enumerate(pairs) if i in held]
-        return [p for i, p in enumerate(pairs) if i not in held]
+        return self._drop_val_backgrounds([p for i, p in enumerate(pairs) if i not in held])
+
+    def _drop_val_backgrounds(self, pairs: list[Pair]) -> list[Pair]:
+        if not self.val_pairs or not pairs:
+            return pairs
+        shown = shows_any(_signatures([c for _, c in pairs]), _signatures([c for _, c in self.val_pairs]))
+        self.val_background_pairs = [p for p, hit in zip(pairs, shown, strict=True) if hit]
+        if self.val_background_pairs:
+            log.warning(
+                "dropped %d of %d training pairs whose clean image shows a validation image (by content): %s",
+                len(self.val_background_pairs),
+                len(pairs),
+                ", ".join(str(r) for r, _ in self.val_background_pairs),
+            )
+        return [p for p, hit in zip(pairs, shown, strict=True) if not hit]
 
     def _clean_photos(self) -> list[np.ndarray]:
         """Step 5: the clean photos synthetic rain is rendered on, minus any that shows a validation or test
@@ -803,15 +875,20 @@ class DerainDataModule(L.LightningDataModule):
         composite's β, or ``clip(rainy − clean)`` with β = 0."""
         syn = self.synthesis
         layers: list[np.ndarray] = []
+        self._layer_weights = None
         if real is not None and syn.transplant_prob > 0:
-            donors = range(len(real))
+            groups = [range(len(real))]
             if syn.transplant_from:
-                donors = _indices_from(real.pairs, syn.transplant_from, "transplant_from")
+                groups = [_indices_from(real.pairs, (f,), "transplant_from") for f in syn.transplant_from]
             beta = syn.composite_beta  # decoding also fills the pairs' cache before forks
+            donors = [i for group in groups for i in group]
             layers = [
                 recover_layer(*real.load(i), beta) if beta > 0 else cv2.subtract(*real.load(i))
                 for i in donors
             ]
+            if syn.transplant_shares:
+                weights = [share / len(g) for share, g in zip(syn.transplant_shares, groups, strict=True) for _ in g]
+                self._layer_weights = np.asarray(weights) / np.sum(weights)
         if not layers and not syn.layer_dirs and syn.layer_augment != LayerAugment():
             log.warning("synthesis.layer_augment has no effect: no rain layers are transplanted")
         return layers
@@ -850,12 +927,14 @@ class DerainDataModule(L.LightningDataModule):
             parts += [real] * self.pairs.repeat
         syn = self.synthesis
         if self.clean_images:
+            residuals = self._rain_layers(real)
             parts.append(
                 SyntheticRainDataset(
                     self.clean_images,
                     length=syn.length or syn.AUTO_LENGTH,
                     patch_size=self.patch_size,
-                    rain_residuals=self._rain_layers(real),
+                    rain_residuals=residuals,
+                    residual_weights=self._layer_weights,
                     transplant_prob=syn.transplant_prob,
                     seed=self.seed,
                     rotate90=self.rotate90,
@@ -881,7 +960,9 @@ class DerainDataModule(L.LightningDataModule):
                 "incomplete batch is dropped); lower batch_size, raise pairs.repeat or synthesis.length"
             )
         if self.val_pairs:
-            self.val_set = PairedDataset(self.val_pairs, patch_size=None, augment=False)
+            self.val_set = PairedDataset(
+                self.val_pairs, patch_size=None, augment=False, sets=[pair_set(p) for p in self.val_pairs]
+            )
         elif self.clean_images and syn.val_length > 0:
             self.val_set = SyntheticRainDataset(
                 self.clean_images,

@@ -102,7 +102,8 @@ class DerainLitModule(L.LightningModule):
     The network is passed in (``net``) and knows nothing of Lightning. One step function serves train, val and
     test; each stage owns its metrics (PSNR/SSIM on MATLAB Y and RGB, 8-bit quantized, and the Y brightness
     bias), logged as ``val/psnr_y``, ``val/ssim_y``, ``val/psnr``, ``val/ssim``, ``val/bias_y`` (and
-    ``test/...``). Testing also scores the rainy input against the clean image (``test_input/...``), the
+    ``test/...``); when validation pairs come from several data sets (items' ``"set"``), each set's
+    ``val/SET/psnr_y`` and ``val/SET/ssim_y`` too. Testing also scores the rainy input against the clean image (``test_input/...``), the
     baseline the published tables print beside the model.
 
     Args:
@@ -168,6 +169,8 @@ class DerainLitModule(L.LightningModule):
             {"val": DerainMetrics(), "test": DerainMetrics(), "test_input": DerainMetrics()}
         )
         self.sample_images = sample_images
+        # per validation data set (items' "set"), made as sets appear; not submodules, so checkpoints keep keys
+        self._set_metrics: dict[str, DerainMetrics] = {}
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net.to(memory_format=self.memory_format)
         if schedule_steps is not None and schedule_steps < 1:
@@ -263,6 +266,12 @@ class DerainLitModule(L.LightningModule):
         )
         if stage != "train":
             self.metrics[stage].update(pred.clamp(0, 1), clean)
+        if stage == "val" and batch.get("set"):
+            for name in set(batch["set"]) - {""}:
+                if name not in self._set_metrics:
+                    self._set_metrics[name] = DerainMetrics().to(self.device)
+                rows = [i for i, s in enumerate(batch["set"]) if s == name]
+                self._set_metrics[name].update(pred[rows].clamp(0, 1), clean[rows])
         return loss if stage == "train" else pred
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
@@ -300,6 +309,12 @@ class DerainLitModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._epoch_end("val")
+        if len(self._set_metrics) > 1:  # validation on several data sets: each apart, as val/SET/psnr_y
+            for name, metrics in sorted(self._set_metrics.items()):
+                values = metrics.compute()
+                self.log_dict({f"val/{name}/{k}": values[k] for k in ("psnr_y", "ssim_y")}, sync_dist=False)
+        for metrics in self._set_metrics.values():
+            metrics.reset()
 
     def on_test_epoch_end(self) -> None:
         self._epoch_end("test")

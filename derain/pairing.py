@@ -21,7 +21,7 @@ from typing import Any
 
 from .io import ImageReadError, image_size, list_images, natural_key, pair_name
 
-__all__ = ["DataError", "LAYOUTS", "Matching", "match_by_name", "find_pairs", "check_pairs"]
+__all__ = ["DataError", "LAYOUTS", "Matching", "match_by_name", "find_pairs", "check_pairs", "pair_set"]
 
 Pair = tuple[Path, Path]
 
@@ -172,3 +172,13 @@ def check_pairs(pairs: Sequence[Pair]) -> list[tuple[int, int]]:
     if problems:
         raise DataError(f"{len(problems)} problem(s) in {len(pairs)} image pairs:{listing(problems)}")
     return sizes
+
+
+def pair_set(pair: Pair) -> str:
+    """The data set a pair belongs to, as validation names it: the folder above ``rain/``/``norain/`` (or the
+    pair's own folder for flat layouts), e.g. ``rain100h-train-mini``."""
+    rain = Path(pair[0])
+    for folder in rain.parents:
+        if folder.name.lower() in {rainy for rainy, _ in _SUBFOLDER_LAYOUTS}:
+            return folder.parent.name
+    return rain.parent.name

@@ -499,8 +499,11 @@ def transplant_layers(
     rotate90: bool = False,
     augment: LayerAugment | None = None,
     beta: float = 0.0,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """``transplant`` one random layer of ``residuals`` onto ``clean``, or two with probability ``augment.mix``.
+
+    ``weights`` (summing to 1) is each layer's chance of being drawn; default equal.
 
     Two layers add up (``clip(clean + a + b)``): denser rain than any single layer. Without ``augment`` or with
     ``mix`` 0, exactly ``transplant`` of one random layer (the same random numbers drawn).
@@ -510,7 +513,8 @@ def transplant_layers(
     two = augment is not None and augment.mix > 0 and rng.random() < augment.mix
     rainy = clean
     for _ in range(2 if two else 1):
-        layer = residuals[int(rng.integers(len(residuals)))]
+        pick = rng.integers(len(residuals)) if weights is None else rng.choice(len(residuals), p=weights)
+        layer = residuals[int(pick)]
         rainy = transplant(rainy, layer, rng, rotate90=rotate90, augment=augment, beta=beta)
     return rainy
 
