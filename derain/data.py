@@ -653,7 +653,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
             rainy = add_rain(clean, rng, self.styles, beta=self.beta)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
         rain_t, clean_t = (to_tensor(np.round(im * 255.0).astype(np.uint8)) for im in (rainy, clean))
-        return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}", "render": render}
+        return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}", "render": render, "set": ""}
 
 
 # ------------------------------------------------------------------------------------------ data module
