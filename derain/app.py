@@ -1,8 +1,9 @@
 """Derain one photo in the browser: ``python -m derain.app`` (or ``derain-app``, or the repository's
 ``python app.py``) then open http://127.0.0.1:7860.
 
-Upload a rainy photo (or click an example), press *Derain*, compare before/after with the slider and download
-the full-resolution PNG. Large photos are tiled; photos over ``--max-megapixels`` are refused with a message.
+Upload a rainy photo (or click an example), choose *Fast* (one pass) or *Best* (a flip self-ensemble, several
+times slower; the page shows what each is expected to take for the photo), press *Derain*, compare before/after
+with the slider and download the full-resolution PNG. Large photos are tiled; photos over ``--max-megapixels`` are refused with a message.
 Requests wait in a queue (``--concurrency`` photos derained at once); when ``--max-queue`` requests are already
 waiting, a new one is turned away with Gradio's "queue is full, try again" message instead of piling up.
 The click is also an API endpoint: ``gradio_client.Client(url).predict(handle_file(path), api_name="/derain")``.
@@ -25,7 +26,6 @@ from torch import nn
 
 from derain.inference import (
     add_backend_argument,
-    add_ensemble_argument,
     ensemble_flips,
     load_image,
     load_model,
@@ -43,11 +43,43 @@ MAX_VIDEO_SECONDS = 10.0  # longer clips are refused with a message: python -m d
 MAX_QUEUE = 32  # requests allowed to wait; more are turned away with "queue is full, try again"
 DISPLAY_SIDE = 2048  # the slider shows a preview at most this long; the download keeps full resolution
 KEEP_OUTPUTS_S = 3600  # result PNGs older than this are removed from the app's temporary folder
+BEST_DEFAULT_MAX_S = 3.0
+"""*Best* is the page's default quality when it is expected to take at most this long for a 1-megapixel photo
+(a GPU); otherwise *Fast* is (on the 2-core development CPU *Best* takes about 4× a one-pass 1 MP photo's few
+seconds, see the README's benchmark)."""
+QUALITIES = ("auto", "fast", "best")
 UNTRAINED_WARNING = (
     "**Untrained network (random weights): the output is not derained.** For demos and tests only."
 )
 
-__all__ = ["build_app", "main"]
+__all__ = ["build_app", "main", "SpeedEstimate"]
+
+
+class SpeedEstimate:
+    """Seconds one network pass takes per megapixel on this server: measured once at start-up on a small
+    photo, then updated from every photo derained, so the page can say what *Fast* and *Best* will take."""
+
+    CALIBRATION = (256, 256)
+
+    def __init__(self, model: nn.Module, *, tile: int | None, overlap: int) -> None:
+        image = np.random.default_rng(0).integers(0, 256, (*self.CALIBRATION, 3), dtype=np.uint8)
+        restore(model, image, tile=tile, overlap=overlap)  # warm-up: first-call set-up is not per pixel
+        start = time.perf_counter()
+        restore(model, image, tile=tile, overlap=overlap)
+        self.per_megapixel = (time.perf_counter() - start) / (image.shape[0] * image.shape[1] / 1e6)
+
+    def seconds(self, pixels: int, passes: int = 1) -> float:
+        """Expected seconds for a photo of ``pixels`` derained with ``passes`` network passes."""
+        return self.per_megapixel * pixels / 1e6 * passes
+
+    def update(self, pixels: int, passes: int, seconds: float) -> None:
+        """Fold in a measured photo (half the weight on the newest measurement)."""
+        if pixels > 0 and passes > 0:
+            self.per_megapixel = 0.5 * self.per_megapixel + 0.5 * seconds / (pixels / 1e6 * passes)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
 
 
 def _preview(image: np.ndarray) -> np.ndarray:
@@ -97,7 +129,8 @@ def build_app(
     concurrency: int = 1,
     max_queue: int = MAX_QUEUE,
     warning: str | None = None,
-    ensemble: int = 1,
+    ensemble: int = 4,
+    quality: str = "auto",
     max_video_seconds: float = MAX_VIDEO_SECONDS,
 ) -> gr.Blocks:
     """The Gradio page around ``model``, queued; ``.launch()`` it.
@@ -112,8 +145,11 @@ def build_app(
             message at once (``gradio_client`` raises ``QueueError``). With ``max_megapixels`` and
             ``concurrency`` it bounds the server's memory: only ``concurrency`` photos are decoded at a time.
         warning: Markdown shown at the top of the page (e.g. that the weights are untrained).
-        ensemble: average over this many upright flips per photo (1, 2 or 4; see ``restore``), that many
-            times slower.
+        ensemble: *Best* quality averages over this many upright flips per photo (2 or 4; see ``restore``),
+            that many times slower than *Fast* (one pass). Videos are derained in the chosen quality too.
+        quality: the page's default choice, ``"fast"``, ``"best"`` or ``"auto"``: *Best* when it is expected to
+            take at most ``BEST_DEFAULT_MAX_S`` for a 1-megapixel photo on this server (measured at start-up),
+            else *Fast*.
         max_video_seconds: longest clip the video tab accepts; longer ones get a message.
 
     Returns:
@@ -121,12 +157,32 @@ def build_app(
         ``/derain_video``.
     """
     ensemble_flips(ensemble)  # refuse a bad value at start-up, not at the first photo
+    if ensemble < 2:
+        raise ValueError(f"ensemble is Best quality's number of passes: 2 or 4, got {ensemble}")
+    if quality not in QUALITIES:
+        raise ValueError(f"quality should be one of {', '.join(QUALITIES)}, got {quality!r}")
+    speed = SpeedEstimate(model, tile=tile, overlap=overlap)
+    if quality == "auto":
+        quality = "best" if speed.seconds(10**6, ensemble) <= BEST_DEFAULT_MAX_S else "fast"
+    passes = {"fast": 1, "best": ensemble}
     if max_queue < 1 or concurrency < 1:
         raise ValueError(f"max_queue and concurrency should be >= 1, got {max_queue} and {concurrency}")
     out_root = Path(tempfile.mkdtemp(prefix="derain-app-"))
     max_pixels = int(max_megapixels * 1e6)
 
-    def derain(photo: dict | None) -> tuple[tuple[np.ndarray, np.ndarray], str, str]:
+    def expected(photo: str | dict | None) -> str:
+        """What *Fast* and *Best* are expected to take for the photo just chosen (read from its header)."""
+        path = photo.get("path") if isinstance(photo, dict) else photo
+        pixels = _pixel_count(Path(path)) if path else None
+        if not pixels:
+            return ""
+        fast, best = (speed.seconds(pixels, passes[q]) for q in ("fast", "best"))
+        return (
+            f"{pixels / 1e6:.2g} megapixels: expected about **{_duration(fast)}** with Fast, "
+            f"**{_duration(best)}** with Best."
+        )
+
+    def derain(photo: dict | None, choice: str = quality) -> tuple[tuple[np.ndarray, np.ndarray], str, str]:
         """Derain the uploaded photo: (before, after) previews, the full-size PNG, and a status line.
 
         The upload arrives as Gradio's file payload (``preprocess=False``), not decoded by Gradio, so that
@@ -152,17 +208,23 @@ def build_app(
             raise gr.Error(
                 f"This photo has {h * w / 1e6:.1f} megapixels; the limit here is {max_megapixels:g}."
             )
+        n = passes.get(choice)
+        if n is None:
+            raise gr.Error(f"Quality should be fast or best, got {choice!r}.")
         start = time.perf_counter()
-        result = restore(model, image, tile=tile, overlap=overlap, ensemble=ensemble)
+        result = restore(model, image, tile=tile, overlap=overlap, ensemble=n)
         seconds = time.perf_counter() - start
+        speed.update(h * w, n, seconds)
         _prune(out_root, KEEP_OUTPUTS_S)
         out_path = Path(tempfile.mkdtemp(dir=out_root)) / f"{Path(name).stem}-derained.png"
         write_image_atomic(out_path, result)
         status = f"Derained {w}×{h} pixels in **{seconds:.2f} s**"
-        status += f" (self-ensemble of {ensemble} passes)." if ensemble > 1 else "."
+        status += f" (Best: self-ensemble of {n} passes)." if n > 1 else " (Fast: one pass)."
         return (_preview(image), _preview(result)), str(out_path), status
 
-    def derain_clip(clip: str | None, progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
+    def derain_clip(
+        clip: str | None, choice: str = quality, progress: gr.Progress = gr.Progress()
+    ) -> tuple[str, str]:
         """Derain every frame of the uploaded clip: the derained MP4 (H.264, audio kept) and a status line."""
         if not clip:
             raise gr.Error("Upload a short rainy video first.")
@@ -192,7 +254,7 @@ def build_app(
                 out_path,
                 tile=tile,
                 overlap=overlap,
-                ensemble=ensemble,
+                ensemble=passes.get(choice, 1),
                 max_frames=int(max_video_seconds * info.fps) + 1,
                 on_frame=lambda done: progress(min(done / total, 1.0), desc=f"frame {done} of {total}"),
             )
@@ -222,6 +284,20 @@ def build_app(
                     label="Rainy photo",
                     elem_id="photo",
                 )
+                one_mp = speed.seconds(10**6)
+                choice = gr.Radio(
+                    [
+                        (f"Fast: one pass (about {_duration(one_mp)} a megapixel here)", "fast"),
+                        (
+                            f"Best: flip ensemble of {ensemble} (about {_duration(one_mp * ensemble)} a "
+                            "megapixel here)",
+                            "best",
+                        ),
+                    ],
+                    value=quality,
+                    label="Quality",
+                    elem_id="quality",
+                )
                 button = gr.Button("Derain", variant="primary", elem_id="derain-button")
                 examples = sorted(EXAMPLES_DIR.glob("*.jpg"))
                 if examples:
@@ -245,11 +321,16 @@ def build_app(
                     label="Derained video (H.264)", interactive=False, elem_id="clip-result"
                 )
                 clip_status = gr.Markdown(elem_id="clip-status")
+        photo.change(expected, inputs=[photo], outputs=[status], api_name="expected", preprocess=False)
         button.click(
-            derain, inputs=[photo], outputs=[slider, download, status], api_name="derain", preprocess=False
+            derain,
+            inputs=[photo, choice],
+            outputs=[slider, download, status],
+            api_name="derain",
+            preprocess=False,
         )
         clip_button.click(
-            derain_clip, inputs=[clip], outputs=[clip_result, clip_status], api_name="derain_video"
+            derain_clip, inputs=[clip, choice], outputs=[clip_result, clip_status], api_name="derain_video"
         )
     return demo.queue(default_concurrency_limit=concurrency, max_size=max_queue)
 
@@ -266,7 +347,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     parser.add_argument("--tile", type=int, default=None, help="tile size (default: tile only large photos)")
-    add_ensemble_argument(parser, "photo")
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        choices=(2, 4),
+        default=4,
+        help="Best quality's passes: the average over this many upright flips (default 4)",
+    )
+    parser.add_argument(
+        "--quality",
+        choices=QUALITIES,
+        default="auto",
+        help=f"the page's default quality (default auto: Best when it takes at most {BEST_DEFAULT_MAX_S:g} s for "
+        "1 megapixel here, else Fast)",
+    )
     add_backend_argument(parser)
     parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
     parser.add_argument(
@@ -314,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         max_queue=args.max_queue,
         warning=warning,
         ensemble=args.ensemble,
+        quality=args.quality,
         max_video_seconds=args.max_video_seconds,
     )
     demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(EXAMPLES_DIR)])

@@ -653,7 +653,13 @@ class SyntheticRainDataset(_Seeded, Dataset):
             rainy = add_rain(clean, rng, self.styles, beta=self.beta)
         # Quantise to 8 bits, like a stored pair: the network never sees rain finer than a PNG holds.
         rain_t, clean_t = (to_tensor(np.round(im * 255.0).astype(np.uint8)) for im in (rainy, clean))
-        return {"rain": rain_t, "clean": clean_t, "name": f"synthetic-{index:05d}", "render": render, "set": ""}
+        return {
+            "rain": rain_t,
+            "clean": clean_t,
+            "name": f"synthetic-{index:05d}",
+            "render": render,
+            "set": "",
+        }
 
 
 # ------------------------------------------------------------------------------------------ data module
@@ -752,7 +758,9 @@ class DerainDataModule(L.LightningDataModule):
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         self._batch_rain: BatchRain | None = None
-        self._layer_weights: np.ndarray | None = None  # each pair layer's chance (synthesis.transplant_shares)
+        self._layer_weights: np.ndarray | None = (
+            None  # each pair layer's chance (synthesis.transplant_shares)
+        )
 
     # -- set-up steps --------------------------------------------------------------------------------------
 
@@ -814,7 +822,9 @@ class DerainDataModule(L.LightningDataModule):
                 else:
                     own = find_pairs(folder)
                     explicit += [own[j] for j in _seeded_share(len(own), self.pairs.val_fraction, self.seed)]
-        held = {pool[j] for pool in pools for j in _seeded_share(len(pool), self.pairs.val_fraction, self.seed)}
+        held = {
+            pool[j] for pool in pools for j in _seeded_share(len(pool), self.pairs.val_fraction, self.seed)
+        }
         if len(held) >= len(pairs) and not self.synthesis.used:
             raise DataError(
                 f"only {len(pairs)} training pair(s): holding out {len(held)} for validation leaves none to "
@@ -887,7 +897,9 @@ class DerainDataModule(L.LightningDataModule):
                 for i in donors
             ]
             if syn.transplant_shares:
-                weights = [share / len(g) for share, g in zip(syn.transplant_shares, groups, strict=True) for _ in g]
+                weights = [
+                    share / len(g) for share, g in zip(syn.transplant_shares, groups, strict=True) for _ in g
+                ]
                 self._layer_weights = np.asarray(weights) / np.sum(weights)
         if not layers and not syn.layer_dirs and syn.layer_augment != LayerAugment():
             log.warning("synthesis.layer_augment has no effect: no rain layers are transplanted")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 import resource
 import socket
 import threading
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 from helpers import make_clip
 from PIL import Image
 from torch import Tensor, nn
@@ -61,7 +63,9 @@ def app() -> ModuleType:
 @pytest.fixture(scope="module")
 def server(app: ModuleType) -> Iterator[str]:
     torch.manual_seed(0)
-    demo = app.build_app(DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2)
+    demo = app.build_app(
+        DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2, quality="best"
+    )
     with launched(demo) as url:
         yield url
 
@@ -81,7 +85,38 @@ def test_derain_endpoint_returns_before_after_and_png(client: Client, tmp_path: 
     result = load_image(png)
     assert result.shape == (90, 130, 3) and result.dtype == np.uint8  # full resolution, tiled (tile=64)
     assert cv2.imread(before).shape == cv2.imread(after).shape == (90, 130, 3)  # slider previews
-    assert status.startswith("Derained 130×90 pixels in") and status.endswith("(self-ensemble of 2 passes).")
+    assert status.startswith("Derained 130×90 pixels in")
+    assert status.endswith("(Best: self-ensemble of 2 passes).")  # the page's default here
+    *_, fast = client.predict(handle_file(str(tmp_path / "rainy.png")), "fast", api_name="/derain")
+    assert fast.endswith("(Fast: one pass).")
+    with pytest.raises(AppError, match="Quality should be fast or best, got 'slow'"):
+        client.predict(handle_file(str(tmp_path / "rainy.png")), "slow", api_name="/derain")
+
+
+def test_the_page_says_what_fast_and_best_will_take(client: Client, tmp_path: Path) -> None:
+    cv2.imwrite(str(tmp_path / "rainy.png"), np.zeros((90, 130, 3), np.uint8))
+    text = client.predict(handle_file(str(tmp_path / "rainy.png")), api_name="/expected")
+    fast, best = (float(x) for x in re.findall(r"\*\*([0-9.]+) s\*\*", text))
+    assert text.startswith("0.012 megapixels: expected about") and "with Fast" in text and "with Best" in text
+    assert best == pytest.approx(2 * fast, abs=0.11)  # Best: 2 passes in this app
+
+
+@pytest.mark.parametrize(("limit", "default"), [(1e9, "best"), (0.0, "fast")])
+def test_auto_quality_picks_best_only_when_it_is_quick_at_one_megapixel(
+    app: ModuleType, monkeypatch: pytest.MonkeyPatch, limit: float, default: str
+) -> None:
+    monkeypatch.setattr(app, "BEST_DEFAULT_MAX_S", limit)
+    demo = app.build_app(DerainNet(**TINY).eval())
+    radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "quality")
+    assert radio.value == default and [v for _, v in radio.choices] == ["fast", "best"]
+    assert "Best: flip ensemble of 4" in radio.choices[1][0]
+
+
+def test_bad_quality_options_are_refused_at_start_up(app: ModuleType) -> None:
+    with pytest.raises(ValueError, match="quality should be one of auto, fast, best, got 'good'"):
+        app.build_app(DerainNet(**TINY).eval(), quality="good")
+    with pytest.raises(ValueError, match="Best quality's number of passes: 2 or 4, got 1"):
+        app.build_app(DerainNet(**TINY).eval(), ensemble=1)
 
 
 def test_video_tab_derains_a_clip_with_its_audio(client: Client, tmp_path: Path) -> None:

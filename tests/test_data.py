@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import zlib
 from pathlib import Path
 
 import cv2
@@ -41,10 +42,18 @@ def noise(h: int = 24, w: int = 32, seed: int = 0) -> np.ndarray:
 
 
 def make_pairs(
-    folder: Path, rain_names: list[str], clean_names: list[str], *, sub=("rain", "norain")
+    folder: Path,
+    rain_names: list[str],
+    clean_names: list[str],
+    *,
+    sub=("rain", "norain"),
+    seed: int | None = None,
 ) -> Path:
+    """Pairs of noise images; each folder's backgrounds differ from another's (seeded by its name) unless
+    ``seed`` is given."""
+    first = zlib.crc32(folder.name.encode()) % 10_000 * 100 if seed is None else seed
     for i, (r, c) in enumerate(zip(rain_names, clean_names, strict=True)):
-        clean = noise(seed=i)
+        clean = noise(seed=first + i)
         write(folder / sub[1] / c if sub else folder / c, clean)
         write(folder / sub[0] / r if sub else folder / r, cv2.add(clean, 40))
     return folder
@@ -663,3 +672,71 @@ def test_procedural_styles_pick_the_rain_and_are_checked(tmp_path: Path) -> None
     with pytest.raises(DataError, match=r"procedural_styles must name one or more"):
         Synthesis(procedural_styles=())
     assert Synthesis(procedural_styles="heavy").procedural_styles == ("heavy",)  # one name: a tuple of one
+
+
+def test_val_from_holds_out_a_seeded_share_of_each_folder(tmp_path: Path) -> None:
+    make_pairs(tmp_path / "heavy", [f"{i}.png" for i in range(10)], [f"{i}.png" for i in range(10)])
+    make_pairs(tmp_path / "light", [f"{i}.png" for i in range(20)], [f"{i}.png" for i in range(20)])
+    folders = (tmp_path / "heavy", tmp_path / "light")
+    split = dict(val_from=tuple(str(f) for f in folders), val_fraction=0.2)
+    both = DerainDataModule(**small_synthetic_data(tmp_path, *folders, **split))
+    both.setup("fit")
+    held = sorted((r.parent.parent.name, r.name) for r, _ in both.val_pairs)
+    assert [f for f, _ in held].count("heavy") == 2 and [f for f, _ in held].count("light") == 4
+    assert not {r for r, _ in both.val_pairs} & {r for r, _ in both.train_pairs}
+    # a val_from folder that does not train gives the same share to validation, and nothing to training
+    heavy_only = DerainDataModule(**small_synthetic_data(tmp_path, tmp_path / "heavy", **split))
+    heavy_only.setup("fit")
+    assert sorted((r.parent.parent.name, r.name) for r, _ in heavy_only.val_pairs) == held
+    assert {r.parent.parent.name for r, _ in heavy_only.train_pairs} == {"heavy"}
+    # validation items name their data set, so validation can report each apart
+    assert sorted({item["set"] for item in both.val_set}) == ["heavy", "light"]
+    assert {both.train_set[i]["set"] for i in range(len(both.train_set))} <= {"", "heavy", "light"}
+
+
+def test_training_pairs_showing_a_validation_background_leave_training(tmp_path: Path, caplog) -> None:
+    names = [f"{i}.png" for i in range(5)]
+    make_pairs(tmp_path / "a", names, names, seed=0)
+    make_pairs(tmp_path / "b", names, names, seed=0)  # b/N shows a/N's background under other rain
+    dm = DerainDataModule(
+        **small_synthetic_data(
+            tmp_path, tmp_path / "a", tmp_path / "b", val_from=(str(tmp_path / "a"),), val_fraction=0.4
+        )
+    )
+    dm.setup("fit")
+    held = sorted(r.name for r, _ in dm.val_pairs)
+    assert len(held) == 2 and sorted(r.name for r, _ in dm.val_background_pairs) == held
+    assert {r.parent.parent.name for r, _ in dm.val_background_pairs} == {"b"}
+    assert len(dm.train_pairs) == 10 - 2 - 2
+    assert "dropped 2 of 8 training pairs whose clean image shows a validation image" in caplog.text
+
+
+def test_transplant_shares_give_each_donor_folder_its_share(tmp_path: Path) -> None:
+    make_pairs(tmp_path / "heavy", ["1.png", "2.png"], ["1.png", "2.png"])
+    make_pairs(tmp_path / "light", [f"{i}.png" for i in range(6)], [f"{i}.png" for i in range(6)])
+    folders = (str(tmp_path / "heavy"), str(tmp_path / "light"))
+    options = {"transplant_from": folders, "transplant_shares": (0.75, 0.25), "transplant_prob": 1.0}
+    dm = DerainDataModule(
+        **small_synthetic_data(tmp_path, *map(Path, folders), synthesis=options, val_fraction=0.0)
+    )
+    dm.setup("fit")
+    synthetic = dm.train_set.datasets[-1]
+    np.testing.assert_allclose(synthetic.residual_weights, [0.375] * 2 + [0.25 / 6] * 6)
+    # the draws follow the weights: heavy layers three times in four
+    rng = np.random.default_rng(0)
+    picks = [rng.choice(len(synthetic.rain_residuals), p=synthetic.residual_weights) for _ in range(4000)]
+    assert abs(np.mean(np.asarray(picks) < 2) - 0.75) < 0.03
+    assert synthetic[0]["rain"].shape == (3, 16, 16)
+
+
+@pytest.mark.parametrize(
+    ("shares", "message"),
+    [
+        ((1.0,), r"transplant_shares \[1.0\] must give one share in \[0, 1\] for each of the 2"),
+        ((0.5, 0.6), r"transplant_shares \[0.5, 0.6\] must sum to 1, got 1.1"),
+        ((1.5, -0.5), r"must give one share in \[0, 1\]"),
+    ],
+)
+def test_transplant_shares_out_of_range_name_the_option(tmp_path: Path, shares, message) -> None:
+    with pytest.raises(DataError, match=message):
+        Synthesis(transplant_from=(str(tmp_path / "a"), str(tmp_path / "b")), transplant_shares=shares)
