@@ -410,6 +410,9 @@ SHIPPED = [
 RECIPES = [
     *(SHIPPED[:n] for n in range(1, len(SHIPPED) + 1)),
     [*SHIPPED[:4], "derain-small/gpu.yaml"],
+    [*SHIPPED, "derain-small/stage8-arm-mix.yaml"],
+    [*SHIPPED, "derain-small/stage8-arm-focused.yaml"],
+    [*SHIPPED, "derain-small/stage8-arm-focused.yaml", "derain-small/stage8-arm-focused-light.yaml"],
     ["rain100h.yaml"],
     ["synthetic.yaml"],
 ]
@@ -453,7 +456,8 @@ def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
         assert model["schedule_steps"] is None
         assert model["init_weights"] == "runs/derain-small/stage2/model.safetensors"
     if any("stage4-rain-free" in s for s in stages):
-        assert data["synthesis"]["rain_free_prob"] == 0.15 and model["schedule_steps"] is None
+        rain_free = 0.1 if any("stage8-arm-focused" in s for s in stages) else 0.15
+        assert data["synthesis"]["rain_free_prob"] == rain_free and model["schedule_steps"] is None
         assert config["checkpoint"]["save_top_k"] == 3
     if last == "stage4-rain-free":
         assert model["init_weights"] == "runs/derain-small/stage3/model.safetensors"
@@ -467,6 +471,17 @@ def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
         assert data["synthesis"]["transplant_from"] == ["$DERAIN_DATA/rain100h-train-mini"]
         assert data["synthesis"]["layer_share"] == 0.3
         assert model["init_weights"] == "runs/derain-small/stage6/model.safetensors"
+    if last.startswith(
+        "stage8-arm"
+    ):  # the same validation in every arm: 7 heavy pairs and 40 RainTrainL ones
+        assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
+        assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
+        assert (data["pairs"]["val_fraction"], data["seed"]) == (0.2, 0)
+        assert model["init_weights"] == "runs/derain-small/stage7/model.safetensors"
+        assert config["trainer"]["max_steps"] == 1400 and (data["patch_size"], data["batch_size"]) == (256, 2)
+    if last == "stage8-arm-focused-light":
+        assert "$DERAIN_DATA/raintrainl" in data["pairs"]["train_dirs"]
+        assert data["synthesis"]["transplant_shares"] == [0.75, 0.25]
     if last == "gpu":  # prepared for a lent GPU: shipped weights, no runs/ needed
         assert model["init_weights"] == "packaged" and data["synthesis"]["rain_free_prob"] == 0.15
         assert (config["trainer"]["accelerator"], data["batch_size"]) == ("gpu", 16)
@@ -635,3 +650,32 @@ def test_fit_tests_the_best_checkpoint_and_prints_the_table(tmp_path, capsys):
     scores = {k: float(v) for k, v in metrics.compute().items()}
     psnr_y, ssim_y, psnr, ssim = (scores[k] for k in ("psnr_y", "ssim_y", "psnr", "ssim"))
     assert lines[3].split() == ["input", f"{psnr_y:.2f}", f"{ssim_y:.4f}", f"{psnr:.2f}", f"{ssim:.4f}"]
+
+
+def test_validation_reports_each_data_set_apart(tmp_path):
+    from torch.utils.data import DataLoader
+
+    from derain.data import PairedDataset, find_pairs
+
+    heavy, light = make_folder(tmp_path / "heavy", n=2), make_folder(tmp_path / "light", n=3, seed=1)
+    pairs = find_pairs(heavy) + find_pairs(light)
+    sets = ["heavy"] * 2 + ["light"] * 3
+    loader = DataLoader(PairedDataset(pairs, sets=sets), batch_size=1)
+    torch.manual_seed(0)
+    net = DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4)
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    (logged,) = trainer.validate(DerainLitModule(net.eval(), sample_images=0), loader, verbose=False)
+    expected = {}
+    for name, group in (("heavy", pairs[:2]), ("light", pairs[2:])):
+        metrics = DerainMetrics()
+        with torch.no_grad():
+            for rain_path, clean_path in group:
+                rain, clean = (to_tensor(read_rgb(p))[None] for p in (rain_path, clean_path))
+                metrics.update(net(rain).clamp(0, 1), clean)
+        expected[name] = {k: float(v) for k, v in metrics.compute().items()}
+    for name in ("heavy", "light"):
+        assert logged[f"val/{name}/psnr_y"] == pytest.approx(expected[name]["psnr_y"], abs=1e-3)
+        assert logged[f"val/{name}/ssim_y"] == pytest.approx(expected[name]["ssim_y"], abs=1e-4)
+    assert "val/psnr_y" in logged  # and the whole validation, as before
