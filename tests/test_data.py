@@ -41,9 +41,16 @@ def noise(h: int = 24, w: int = 32, seed: int = 0) -> np.ndarray:
 
 
 def make_pairs(
-    folder: Path, rain_names: list[str], clean_names: list[str], *, sub=("rain", "norain")
+    folder: Path,
+    rain_names: list[str],
+    clean_names: list[str],
+    *,
+    sub=("rain", "norain"),
+    first_seed: int = 0,
 ) -> Path:
-    for i, (r, c) in enumerate(zip(rain_names, clean_names, strict=True)):
+    """Pairs of noise backgrounds (seeded ``first_seed``, ``first_seed + 1``, ...) with rain = clean + 40: two
+    folders made with the same ``first_seed`` share their backgrounds."""
+    for i, (r, c) in enumerate(zip(rain_names, clean_names, strict=True), start=first_seed):
         clean = noise(seed=i)
         write(folder / sub[1] / c if sub else folder / c, clean)
         write(folder / sub[0] / r if sub else folder / r, cv2.add(clean, 40))
@@ -186,7 +193,7 @@ def test_paired_augmentation_keeps_streaks_upright_unless_asked(tmp_path: Path, 
 def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tmp_path: Path) -> None:
     names = [f"{i}.png" for i in range(1, 6)]
     make_pairs(tmp_path / "a", names, names)
-    make_pairs(tmp_path / "b", names[:3], names[:3])
+    make_pairs(tmp_path / "b", names[:3], names[:3], first_seed=10)  # other backgrounds: none leaves training
     split = dict(val_from=(str(tmp_path / "a"),), val_fraction=0.2)
     dm = DerainDataModule(
         **small_synthetic_data(
@@ -214,7 +221,7 @@ def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tm
 def test_val_dirs_beside_val_from_validate_on_both(tmp_path: Path) -> None:
     names = [f"{i}.png" for i in range(1, 6)]
     make_pairs(tmp_path / "a", names, names)
-    make_pairs(tmp_path / "v", names[:2], names[:2])
+    make_pairs(tmp_path / "v", names[:2], names[:2], first_seed=10)  # other backgrounds than a's
     both = DerainDataModule(
         **small_synthetic_data(
             tmp_path,
