@@ -79,7 +79,7 @@ def panned_clip(path: Path, frames: int, step: int, size: tuple[int, int] = (480
         for i in range(frames):
             clean = np.ascontiguousarray(canvas[:, step * i : step * i + w])
             cleans.append(clean)
-            rainy = np.rint(add_rain(clean, rng, "heavy") * 255).astype(np.uint8)
+            rainy = np.rint(add_rain(clean, rng, "heavy", beta=0.0) * 255).astype(np.uint8)
             frame = av.VideoFrame.from_ndarray(rainy, format="rgb24")
             frame.pts = i
             container.mux(stream.encode(frame))

@@ -19,7 +19,7 @@ import torch
 from kornia.filters import gaussian_blur2d, motion_blur
 from torch import Tensor, nn
 
-from .synth import ANY_STYLES, RAIN_STYLES, RainStyle
+from .synth import ANY_STYLES, COMPOSITE_BETA, RAIN_STYLES, RainStyle
 
 __all__ = ["BatchRain"]
 
@@ -34,7 +34,7 @@ class BatchRain(nn.Module):
 
     Args:
         styles: the styles a sample's parameters are drawn from, one picked at random per sample.
-        beta: the composite's β (0, the default, adds the streaks).
+        beta: the composite's β (default ``COMPOSITE_BETA``; 0 adds the streaks).
 
     Shape:
         - input: :math:`(B, 3, H, W)` clean images in [0, 1], any device and float dtype
@@ -47,7 +47,9 @@ class BatchRain(nn.Module):
     """
 
     def __init__(
-        self, styles: tuple[RainStyle, ...] = tuple(RAIN_STYLES[n] for n in ANY_STYLES), beta: float = 0.0
+        self,
+        styles: tuple[RainStyle, ...] = tuple(RAIN_STYLES[n] for n in ANY_STYLES),
+        beta: float = COMPOSITE_BETA,
     ) -> None:
         super().__init__()
         if not styles:

@@ -549,7 +549,8 @@ class SyntheticRainDataset(_Seeded, Dataset):
             ``rain_residuals``.
         streak_share: share of the transplanted items that take a layer from ``streak_layers`` when both kinds
             exist.
-        beta: the composite's β for transplanted and procedural rain (``derain.synth.composite``; 0: added).
+        beta: the composite's β for transplanted and procedural rain (``derain.synth.composite``; default
+            ``COMPOSITE_BETA``; 0: added).
         defer_procedural: leave the procedural items' rain to the training device: their ``rain`` is the clean
             crop and ``render`` is True (``DerainDataModule`` renders them with ``BatchRain``).
         styles: names in ``derain.synth.RAIN_STYLES`` the procedural rain picks from, one at random per item
@@ -575,7 +576,7 @@ class SyntheticRainDataset(_Seeded, Dataset):
         defer_procedural: bool = False,
         streak_layers: Sequence[np.ndarray] = (),
         streak_share: float = 0.5,
-        beta: float = 0.0,
+        beta: float = COMPOSITE_BETA,
         styles: Sequence[str] = ANY_STYLES,
     ) -> None:
         if not clean_images:

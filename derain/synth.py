@@ -3,10 +3,10 @@
 Every function is pure: randomness comes only from the ``numpy.random.Generator`` passed in, so the same seed
 gives the same image. Images are float32 arrays (H, W, 3) with values in [0, 1].
 
-The rain model is additive, as in the Rain100H synthesis (``O = B + S``, plus an atmospheric veil):
+The rain model is Rain100H's composite (``O = B + S`` when β = 0, plus an atmospheric veil):
 
     hazy  = clean · (1 − t) + A · t
-    rainy = clip(hazy + streaks, 0, 1)
+    rainy = clip(hazy + streaks · (1 − β · hazy), 0, 1)        (β: ``COMPOSITE_BETA`` unless told otherwise)
 
 Streaks are sparse random seeds smeared by a line kernel (a motion blur along the fall direction). The
 residual ``clip(rainy − clean, 0, 1)`` of a real pair is a rain layer too, and ``transplant`` adds one to
@@ -45,6 +45,13 @@ __all__ = [
 ]
 
 Range = tuple[float, float]
+
+COMPOSITE_BETA = 0.62
+"""The fitted β of Rain100H's rain composite ``rainy = clean + layer · (1 − β · clean)`` (``benchmarks/
+composite.py`` fits it on the 18 development pairs: the β for which the recovered layer no longer correlates with
+the background in unsaturated streak pixels; 0 is plain addition, 1 a screen blend). The one default of β
+wherever it is taken: ``composite``, ``add_rain``, ``transplant``, ``BatchRain``, the synthetic dataset and
+``Synthesis.composite_beta``."""
 
 
 @dataclass(frozen=True)
@@ -249,17 +256,17 @@ def add_rain(
     rng: np.random.Generator,
     style: RainStyle | str | Sequence[str] = "any",
     *,
-    beta: float = 0.0,
+    beta: float = COMPOSITE_BETA,
 ) -> np.ndarray:
-    """Render rain onto a clean image: optional haze, then streaks put on by ``composite`` with ``beta`` (0:
-    added), clipped to [0, 1].
+    """Render rain onto a clean image: optional haze, then streaks put on by ``composite`` with ``beta``,
+    clipped to [0, 1].
 
     Args:
         clean: (H, W, 3) image, float in [0, 1] or uint8.
         rng: the source of randomness.
         style: a ``RainStyle``, a name from ``RAIN_STYLES`` (``"light"``, ``"medium"``, ``"heavy"``,
             ``"rain100h"``), several such names to pick one of at random, or ``"any"`` for ``ANY_STYLES``.
-        beta: the composite's β (``composite``; 0, the default, adds the streaks).
+        beta: the composite's β (``composite``; default ``COMPOSITE_BETA``; 0 adds the streaks).
 
     Returns:
         float32 (H, W, 3) rainy image in [0, 1].
@@ -295,11 +302,6 @@ def rain_residual(rainy: np.ndarray, clean: np.ndarray) -> np.ndarray:
         raise ValueError(f"rain_residual: rainy shape {rainy.shape} differs from clean shape {clean.shape}")
     return np.clip(as_float(rainy) - as_float(clean), 0.0, 1.0)
 
-
-COMPOSITE_BETA = 0.62
-"""The fitted β of Rain100H's rain composite ``rainy = clean + layer · (1 − β · clean)`` (``benchmarks/
-composite.py`` fits it on the 18 development pairs: the β for which the recovered layer no longer correlates with
-the background in unsaturated streak pixels; 0 is plain addition, 1 a screen blend)."""
 
 SATURATED = 254 / 255
 """Rainy pixels at or above this value are saturated: the layer there is only known to be at least a bound."""
@@ -434,7 +436,7 @@ def transplant(
     *,
     rotate90: bool = False,
     augment: LayerAugment | None = None,
-    beta: float = 0.0,
+    beta: float = COMPOSITE_BETA,
 ) -> np.ndarray:
     """Put a real rain layer on another clean image: random flip/rotation and crop of ``residual``.
 
@@ -451,8 +453,8 @@ def transplant(
             horizontal, which real rain never is; flips and 180° turns keep streaks upright.
         augment: random gain, resizing and small turns of the layer (``LayerAugment``; its ``mix`` is
             ``transplant_layers``'). None or the default: the layer as it is.
-        beta: the composite's β (``composite``): 0 (default) adds the layer; ``COMPOSITE_BETA`` is Rain100H's
-            (use it with layers from ``recover_layer``).
+        beta: the composite's β (``composite``): by default ``COMPOSITE_BETA``, Rain100H's (for layers from
+            ``recover_layer``); 0 adds the layer (for ``clip(rainy − clean)`` layers).
 
     Returns:
         float32 (H, W, 3) rainy image ``composite(clean, gain · crop(residual), beta)``.
@@ -498,7 +500,7 @@ def transplant_layers(
     *,
     rotate90: bool = False,
     augment: LayerAugment | None = None,
-    beta: float = 0.0,
+    beta: float = COMPOSITE_BETA,
     weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """``transplant`` one random layer of ``residuals`` onto ``clean``, or two with probability ``augment.mix``.

@@ -270,7 +270,7 @@ def test_synthetic_transplant_adds_a_real_rain_layer() -> None:
     clean = [np.full((40, 40, 3), 100, np.uint8)]
     residual = np.full((50, 50, 3), 20, np.uint8)
     data = SyntheticRainDataset(
-        clean, length=2, patch_size=32, rain_residuals=[residual], transplant_prob=1.0
+        clean, length=2, patch_size=32, rain_residuals=[residual], transplant_prob=1.0, beta=0.0
     )
     item = data[0]
     torch.testing.assert_close(
@@ -291,6 +291,7 @@ def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() 
         streak_layers=[streaks],
         streak_share=0.5,
         transplant_prob=1.0,
+        beta=0.0,  # added: the layers' levels come through as they are
     )
     kinds = []
     for i in range(60):
@@ -341,6 +342,7 @@ def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -
         rain_residuals=[residual],
         transplant_prob=1.0,
         layer_augment=LayerAugment(mix=mix),
+        beta=0.0,
     )
     item = data[0]
     expected = torch.full((3, 32, 32), layers * 20 / 255)
@@ -350,7 +352,7 @@ def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -
 def test_rain_free_items_are_left_as_they_are() -> None:
     clean = [noise(64, 80, seed=s) for s in range(3)]
     residual = np.full((64, 64, 3), 20, np.uint8)
-    options = dict(length=40, patch_size=32, rain_residuals=[residual], seed=3, fixed=True)
+    options = dict(length=40, patch_size=32, rain_residuals=[residual], seed=3, fixed=True, beta=0.0)
     plain = SyntheticRainDataset(clean, **options)
     assert all(not torch.equal(plain[i]["rain"], plain[i]["clean"]) for i in range(40))
     # Without rain-free items nothing extra is drawn: the stream is pinned (sums recorded on 2026-12-01, when

@@ -116,7 +116,7 @@ def test_residual_is_clipped_difference() -> None:
 def test_transplant_adds_the_residual_exactly_where_not_clipped() -> None:
     rng = np.random.default_rng(0)
     clean = rng.random((40, 60, 3), dtype=np.float32)
-    out = synth.transplant(clean, np.full((50, 70, 3), 0.3, np.float32), rng)
+    out = synth.transplant(clean, np.full((50, 70, 3), 0.3, np.float32), rng, beta=0.0)  # added
     room = clean <= 0.7 - 1e-6
     np.testing.assert_allclose(out[room], clean[room] + 0.3, atol=1e-6)
     np.testing.assert_array_equal(out[~room], 1.0)
@@ -168,14 +168,18 @@ def test_layer_gain_scales_the_added_rain() -> None:
     clean = np.full((16, 16, 3), 0.2, np.float32)
     layer = np.full((40, 40, 3), 0.2, np.float32)
     out = synth.transplant(
-        clean, layer, np.random.default_rng(0), augment=synth.LayerAugment(gain=(1.5, 1.5))
+        clean, layer, np.random.default_rng(0), augment=synth.LayerAugment(gain=(1.5, 1.5)), beta=0.0
     )
     np.testing.assert_allclose(out, 0.5, atol=1e-6)
     added = [
         float(
             (
                 synth.transplant(
-                    clean, layer, np.random.default_rng(s), augment=synth.LayerAugment(gain=(0.5, 2.0))
+                    clean,
+                    layer,
+                    np.random.default_rng(s),
+                    augment=synth.LayerAugment(gain=(0.5, 2.0)),
+                    beta=0.0,
                 )
                 - clean
             ).mean()
@@ -249,7 +253,7 @@ def test_transplant_layers_adds_two_layers_with_mix_and_keeps_the_stream_without
     clean = np.full((16, 16, 3), 0.1, np.float32)
     layers = [np.full((30, 30, 3), 0.2, np.float32)]
     two = synth.transplant_layers(
-        clean, layers, np.random.default_rng(0), augment=synth.LayerAugment(mix=1.0)
+        clean, layers, np.random.default_rng(0), augment=synth.LayerAugment(mix=1.0), beta=0.0
     )
     np.testing.assert_allclose(two, 0.5, atol=1e-6)
     noisy = [np.random.default_rng(s).random((30, 40, 3), dtype=np.float32) * 0.3 for s in range(3)]
@@ -339,3 +343,29 @@ def test_a_list_of_style_names_picks_one_like_any() -> None:
     assert not np.array_equal(drawn, synth.add_rain(clean, np.random.default_rng(5), ["rain100h"]))
     with pytest.raises(ValueError, match="unknown rain style 'drizzle'"):
         synth.add_rain(clean, np.random.default_rng(0), ["heavy", "drizzle", "drizzle", "drizzle"] * 8)
+
+
+def test_the_composite_beta_has_one_default_wherever_it_is_taken() -> None:
+    """Every function, class and option of derain that takes the composite's β (``beta``, ``composite_beta``)
+    defaults it to ``COMPOSITE_BETA`` or requires it: one quantity, one default (it was 0 in five signatures)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import derain
+
+    defaults = {}
+    for info in pkgutil.walk_packages(derain.__path__, "derain."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if getattr(obj, "__module__", None) != module.__name__ or not callable(obj):
+                continue
+            try:
+                parameters = inspect.signature(obj).parameters
+            except (TypeError, ValueError):
+                continue
+            for name in ("beta", "composite_beta"):
+                if name in parameters and parameters[name].default is not inspect.Parameter.empty:
+                    defaults[f"{obj.__module__}.{obj.__qualname__}({name})"] = parameters[name].default
+    assert len(defaults) >= 8, sorted(defaults)  # composite, recover_layer, add_rain, transplant, ...
+    assert {k: v for k, v in defaults.items() if v != synth.COMPOSITE_BETA} == {}
