@@ -210,7 +210,8 @@ class Synthesis:
         procedural_styles: the procedural rain's styles (``derain.synth.RAIN_STYLES``), one drawn per sample:
             ``light``, ``medium``, ``heavy`` (the default, all three) or ``rain100h``, the style fitted to
             Rain100H's streaks (``benchmarks/streaks.py``).
-        val_length: size of the fixed synthetic validation set when there are no validation pairs.
+        val_length: size of the fixed synthetic validation set when there are no validation pairs (procedural
+            rain as training renders it: ``composite_beta``, ``procedural_styles``).
         render_on_device: render the procedural rain on the training device, a batch at a time
             (``derain.batch_rain.BatchRain``, kornia), instead of in the loader workers: for GPUs, whose steps
             outrun CPU workers. Off by default: on a CPU the workers' numpy path is the faster one
@@ -972,6 +973,8 @@ class DerainDataModule(L.LightningDataModule):
                 transplant_prob=0.0,
                 seed=self.seed + 1_000_003,
                 fixed=True,
+                beta=syn.composite_beta,  # the procedural rain training renders: its composite and styles
+                styles=syn.procedural_styles,
             )
 
     @functools.cached_property

@@ -306,6 +306,19 @@ def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() 
     assert 15 <= kinds.count("streaks") <= 45, kinds.count("streaks")
 
 
+def test_synthetic_validation_renders_the_training_rain() -> None:
+    """With synthetic data only, the fixed validation crops get the procedural rain that training renders: the
+    same composite β and styles (they used to get β = 0 and the default styles whatever the config said)."""
+    synthesis = Synthesis(
+        builtin_photos=True, length=4, val_length=2, composite_beta=0.3, procedural_styles=("rain100h",)
+    )
+    dm = DerainDataModule(synthesis=synthesis, patch_size=32, batch_size=2, num_workers=0)
+    dm.setup("fit")
+    train, val = dm.train_set, dm.val_set
+    assert isinstance(val, SyntheticRainDataset) and val.fixed and len(val) == 2
+    assert (val.beta, val.styles) == (train.beta, train.styles) == (0.3, ("rain100h",))
+
+
 def test_layer_dirs_are_read_and_checked(tmp_path: Path) -> None:
     streaks = np.zeros((60, 70), np.uint8)
     streaks[:, ::7] = 90
