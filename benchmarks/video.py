@@ -32,9 +32,9 @@ import numpy as np
 from common import report
 
 from derain.inference import load_image, load_model, packaged_weights, restore
-from derain.onnx import OnnxNet, cached_onnx
+from derain.inference.onnx import OnnxNet, cached_onnx
+from derain.inference.video import derain_video
 from derain.synth import add_rain
-from derain.video import derain_video
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"

@@ -22,10 +22,9 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .data import DataError, DerainDataModule
-from .export import export_checkpoint
-from .inference import WeightsError
 from .lit import DerainLitModule, NonFiniteLossError
 from .resources import shipped_folder
+from .weights import WeightsError, export_checkpoint
 
 __all__ = ["DerainCLI", "ConfigNotFoundError", "bundled_config_dir", "resolve_config_args", "main"]
 

@@ -28,6 +28,7 @@ __all__ = [
     "natural_key",
     "read_image",
     "read_rgb",
+    "to_8bit",
     "to_rgb8",
     "write_image_atomic",
     "to_tensor",
@@ -177,13 +178,17 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     return (w, h) if turned else (h, w)
 
 
+def to_8bit(image: np.ndarray) -> np.ndarray:
+    """A uint16 array scaled to uint8 (by 255/65535, rounded); a uint8 one as it is. Channels are kept."""
+    return np.rint(image / 257.0).astype(np.uint8) if image.dtype == np.uint16 else image
+
+
 def to_rgb8(image: np.ndarray) -> np.ndarray:
     """Any :func:`read_image` array -> 8-bit RGB (H, W, 3).
 
-    Gray is repeated to three channels, alpha dropped, 16-bit scaled by 255/65535 and rounded.
+    Gray is repeated to three channels, alpha dropped, 16-bit scaled by 255/65535 and rounded (:func:`to_8bit`).
     """
-    if image.dtype == np.uint16:
-        image = np.rint(image / 257.0).astype(np.uint8)
+    image = to_8bit(image)
     if image.ndim == 2:
         image = image[:, :, None]
     if image.shape[2] == 1:

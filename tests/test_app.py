@@ -25,8 +25,8 @@ from PIL import Image
 from torch import Tensor, nn
 
 from derain.inference import load_image, restore
+from derain.inference.video import probe
 from derain.models import DerainNet
-from derain.video import probe
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from derain.evaluate import main, pair_files, score_pair, spread
-from derain.export import save_net
 from derain.inference import load_model, restore
 from derain.io import read_rgb
 from derain.models import DerainNet
+from derain.weights import save_net
 
 TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 

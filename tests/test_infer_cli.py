@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from derain.export import save_net
 from derain.infer import main, parse_shard
 from derain.inference import load_image, load_model, restore
 from derain.models import DerainNet
+from derain.weights import save_net
 
 TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 REPO = Path(__file__).resolve().parents[1]

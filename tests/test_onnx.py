@@ -12,11 +12,11 @@ import torch
 from PIL import Image
 
 from derain import export as export_cli
-from derain.export import save_net
 from derain.infer import main as infer_main
 from derain.inference import WeightsError, load_image, load_model, restore
+from derain.inference.onnx import OnnxExportError, OnnxNet, cached_onnx, export_onnx
 from derain.models import DerainNet
-from derain.onnx import OnnxExportError, OnnxNet, cached_onnx, export_onnx
+from derain.weights import save_net
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "datasets" / "examples").glob("*.jpg"))
 
@@ -102,7 +102,7 @@ def test_weights_are_exported_once_into_the_cache(
         return Path(path)
 
     monkeypatch.setenv("DERAIN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("derain.onnx.export_onnx", fake_export)
+    monkeypatch.setattr("derain.inference.onnx.export_onnx", fake_export)
     first = cached_onnx(exported[0])
     assert cached_onnx(exported[0]) == first and len(calls) == 1
     assert isinstance(load_model(exported[0], backend="onnxruntime"), OnnxNet) and len(calls) == 1

@@ -13,9 +13,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from derain.export import FORMAT, export_checkpoint, save_net
 from derain.inference import WeightsError, load_model
 from derain.models import DerainNet, Recorded, build_network, network_record
+from derain.weights import FORMAT, export_checkpoint, save_net
 
 NON_DEFAULT = {
     "dim": 8,

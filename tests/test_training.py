@@ -18,13 +18,13 @@ import yaml
 from helpers import TINY_NET
 from safetensors import safe_open
 
-from derain.export import export_checkpoint, read_checkpoint_net, save_net
 from derain.fit import main as fit_main
 from derain.inference import WeightsError, load_model
 from derain.io import read_rgb, to_tensor
 from derain.lit import DerainLitModule, NonFiniteLossError, WarmupCosine, charbonnier_loss
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet, network_record
+from derain.weights import export_checkpoint, read_checkpoint_net, save_net
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = [
@@ -202,13 +202,13 @@ def test_init_weights_starts_from_a_weights_file(tmp_path):
 
 
 def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_path):
-    import derain.inference
+    import derain.weights
 
     torch.manual_seed(3)
     shipped = save_net(
         DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("agent",),)), tmp_path / "s.safetensors"
     )
-    monkeypatch.setattr(derain.inference, "packaged_weights", lambda: shipped)
+    monkeypatch.setattr(derain.weights, "packaged_weights", lambda: shipped)
     module = DerainLitModule(
         DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("agent",),)), init_weights="packaged"
     )

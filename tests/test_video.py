@@ -13,8 +13,8 @@ from helpers import make_clip, read_frames
 
 from derain.infer import main
 from derain.inference import restore
+from derain.inference.video import VideoError, derain_video, probe, video_output_suffix
 from derain.models import DerainNet
-from derain.video import VideoError, derain_video, probe, video_output_suffix
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_bad_inputs_are_named(tmp_path: Path, net: DerainNet) -> None:
 def test_infer_folder_with_videos_photos_and_a_broken_clip(
     tmp_path: Path, net: DerainNet, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr("derain.infer.load_model", lambda *a, **k: net)
+    monkeypatch.setattr("derain.arguments.load_model", lambda *a, **k: net)
     src = tmp_path / "in"
     src.mkdir()
     make_clip(src / "a.mp4", frames=4)
@@ -112,7 +112,7 @@ def test_infer_folder_with_videos_photos_and_a_broken_clip(
 def test_infer_one_video_to_a_named_file(
     tmp_path: Path, net: DerainNet, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr("derain.infer.load_model", lambda *a, **k: net)
+    monkeypatch.setattr("derain.arguments.load_model", lambda *a, **k: net)
     src = make_clip(tmp_path / "clip.mp4", frames=3)
     assert main([str(src), str(tmp_path / "derained.mp4"), "--device", "cpu"]) == 0
     assert probe(tmp_path / "derained.mp4").frames == 3
