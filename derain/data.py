@@ -24,7 +24,6 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, get_worker_info
 
-from derain.batch_rain import BatchRain
 from derain.io import (
     IMAGE_SUFFIXES,
     ImageReadError,
@@ -40,6 +39,7 @@ from derain.synth import (
     ANY_STYLES,
     COMPOSITE_BETA,
     RAIN_STYLES,
+    BatchRain,
     LayerAugment,
     add_rain,
     builtin_clean_images,
@@ -213,7 +213,7 @@ class Synthesis:
         val_length: size of the fixed synthetic validation set when there are no validation pairs (procedural
             rain as training renders it: ``composite_beta``, ``procedural_styles``).
         render_on_device: render the procedural rain on the training device, a batch at a time
-            (``derain.batch_rain.BatchRain``, kornia), instead of in the loader workers: for GPUs, whose steps
+            (``derain.synth.BatchRain``, kornia), instead of in the loader workers: for GPUs, whose steps
             outrun CPU workers. Off by default: on a CPU the workers' numpy path is the faster one
             (``benchmarks/train.py``).
     """

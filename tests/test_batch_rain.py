@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from derain.batch_rain import BatchRain
 from derain.data import DerainDataModule, Synthesis
-from derain.synth import RainStyle
+from derain.synth import BatchRain, RainStyle
 
 NO_HAZE = RainStyle(
     layers=(2, 2), density=(0.003, 0.003), length=(31.0, 31.0), haze=(0.0, 0.0), angle_jitter=0.0

@@ -11,6 +11,8 @@ import torch
 
 from derain import synth
 from derain.metrics import rgb_to_y_matlab
+from derain.synth import photos as synth_photos
+from derain.synth.transplant import _window_matrix
 
 
 def psnr_y(a: np.ndarray, b: np.ndarray) -> float:
@@ -47,15 +49,15 @@ def test_builtin_clean_images_do_not_depend_on_gradio(monkeypatch: pytest.Monkey
         skdata.rocket(),
         skdata.stereo_motorcycle()[0],
     ]
-    synth._builtin_clean_images.cache_clear()
+    synth_photos._builtin_clean_images.cache_clear()
     try:
         with_gradio = synth.builtin_clean_images()
-        synth._builtin_clean_images.cache_clear()
+        synth_photos._builtin_clean_images.cache_clear()
         monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` fails, find_spec("gradio") is None
         assert importlib.util.find_spec("gradio") is None
         without_gradio = synth.builtin_clean_images()
     finally:
-        synth._builtin_clean_images.cache_clear()
+        synth_photos._builtin_clean_images.cache_clear()
     for images in (with_gradio, without_gradio):
         assert len(images) == len(expected)
         for got, want in zip(images, expected, strict=True):
@@ -230,7 +232,7 @@ def test_turned_and_resized_window_stays_inside_the_layer() -> None:
     for _ in range(2000):
         lh, lw, h, w = (int(v) for v in rng.integers(2, 400, 4))
         angle, lo = float(rng.uniform(0, 89)), float(rng.uniform(0.5, 2.0))
-        matrix = synth._window_matrix((lh, lw), h, w, rng, (lo, lo * 1.5), angle)
+        matrix = _window_matrix((lh, lw), h, w, rng, (lo, lo * 1.5), angle)
         corners = np.array([[0, 0, 1], [w - 1, 0, 1], [0, h - 1, 1], [w - 1, h - 1, 1]], np.float64)
         x, y = (corners @ matrix.T).T
         eps = 1e-6

@@ -19,7 +19,8 @@ import torch
 from kornia.filters import gaussian_blur2d, motion_blur
 from torch import Tensor, nn
 
-from .synth import ANY_STYLES, COMPOSITE_BETA, RAIN_STYLES, RainStyle
+from .composite import COMPOSITE_BETA
+from .procedural import ANY_STYLES, RAIN_STYLES, RainStyle
 
 __all__ = ["BatchRain"]
 
