@@ -28,7 +28,7 @@ import yaml
 from common import report, reset_peak, status_kb
 from torch import Tensor
 
-from derain.data import SyntheticRainDataset
+from derain.data import Synthesis, SyntheticRainDataset
 from derain.lit import DerainLitModule, charbonnier_loss
 from derain.models import DerainNet
 from derain.synth import BatchRain, LayerAugment, add_rain, builtin_clean_images, rain_residual
@@ -122,11 +122,10 @@ def loader_time(batch: int, patch: int, batches: int, augment: LayerAugment | No
         clean,
         length=batch * batches,
         patch_size=patch,
-        rain_residuals=residuals,
-        transplant_prob=0.5,
+        pair_layers=residuals,
+        # clip(rainy − clean) layers are added (β = 0)
+        synthesis=Synthesis(transplant_prob=0.5, layer_augment=augment or LayerAugment(), composite_beta=0.0),
         seed=0,
-        layer_augment=augment,
-        beta=0.0,  # clip(rainy − clean) layers are added
     )
     times = []
     for b in range(batches):

@@ -21,8 +21,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from .data import DataError, DerainDataModule
+from .data.module import DerainDataModule
 from .lit import DerainLitModule, NonFiniteLossError
+from .pairing import DataError
 from .resources import shipped_folder
 from .weights import WeightsError, export_checkpoint
 

@@ -24,7 +24,6 @@ __all__ = [
     "exif_transpose",
     "image_size",
     "list_images",
-    "pair_name",
     "natural_key",
     "read_image",
     "read_rgb",
@@ -38,19 +37,9 @@ __all__ = [
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
 
-_PREFIX = re.compile(r"^(no)?rain(y)?[-_]", re.IGNORECASE)
-_JORDER_SUFFIX = re.compile(r"(?<=\d)x2$", re.IGNORECASE)  # rain/X2/norain-12x2.png pairs with norain-12.png
-
-
 def natural_key(text: str) -> list[Any]:
     """Sort key that orders embedded numbers by value (``2`` before ``10``)."""
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", text)]
-
-
-def pair_name(path: str | os.PathLike) -> str:
-    """The name that pairs a file with its partner: the stem without ``rain-``/``rainy-``/``norain-`` and
-    JORDER's ``x2``."""
-    return _JORDER_SUFFIX.sub("", _PREFIX.sub("", Path(path).stem))
 
 
 def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:

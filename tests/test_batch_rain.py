@@ -47,7 +47,14 @@ def test_streaks_fall_along_the_drawn_angle() -> None:
 
 
 def test_the_data_module_renders_deferred_rain_on_the_device() -> None:
-    synthesis = Synthesis(builtin_photos=True, length=8, transplant_prob=0.0, render_on_device=True)
+    # heavy rain: a 32-pixel crop of light rain may hold no streak at all, as add_rain's may
+    synthesis = Synthesis(
+        builtin_photos=True,
+        length=8,
+        transplant_prob=0.0,
+        render_on_device=True,
+        procedural_styles=("heavy",),
+    )
     dm = DerainDataModule(synthesis=synthesis, patch_size=32, batch_size=4, num_workers=0)
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))

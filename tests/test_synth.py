@@ -369,5 +369,7 @@ def test_the_composite_beta_has_one_default_wherever_it_is_taken() -> None:
             for name in ("beta", "composite_beta"):
                 if name in parameters and parameters[name].default is not inspect.Parameter.empty:
                     defaults[f"{obj.__module__}.{obj.__qualname__}({name})"] = parameters[name].default
-    assert len(defaults) >= 8, sorted(defaults)  # composite, recover_layer, add_rain, transplant, ...
+    assert len(defaults) >= 7, sorted(
+        defaults
+    )  # composite, recover_layer, add_rain, transplant(_layers), ...
     assert {k: v for k, v in defaults.items() if v != synth.COMPOSITE_BETA} == {}

@@ -13,8 +13,8 @@ from helpers import SHARED_DATA, need_shared_data
 from derain.data import DerainDataModule, PairSources, Synthesis
 from derain.evaluate import evaluate, score_pair, summarize
 from derain.inference import load_model, restore
-from derain.io import pair_name
 from derain.models import DerainNet
+from derain.pairing import pair_name
 from derain.synth import add_rain, builtin_clean_images
 
 REPO = Path(__file__).resolve().parents[1]
