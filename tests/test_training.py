@@ -76,13 +76,14 @@ def test_fast_dev_run_on_the_synthetic_default(tmp_path):
 
 def test_training_learns_resumes_and_exports(tmp_path, capsys):
     data = make_folder(tmp_path / "pairs")
+    val = make_folder(tmp_path / "val", seed=1)  # other backgrounds: training pairs showing them would leave
     run = tmp_path / "run"
     common = [
         *TINY_NET,
         *QUIET,
         f"--trainer.default_root_dir={run}",
         f"--data.pairs.train_dirs=[{data}]",
-        f"--data.pairs.val_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{val}]",
         "--data.patch_size=32",
         "--data.batch_size=4",
         "--data.num_workers=0",
@@ -344,7 +345,7 @@ def test_ddp_on_two_cpu_processes(tmp_path):
         *QUIET,
         f"--trainer.default_root_dir={run}",
         f"--data.pairs.train_dirs=[{data}]",
-        f"--data.pairs.val_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{make_folder(tmp_path / 'val', seed=1)}]",
         "--data.patch_size=32",
         "--data.batch_size=2",
         "--data.num_workers=0",
