@@ -29,9 +29,9 @@ from common import report, reset_peak, status_kb
 from torch import Tensor
 
 from derain.data import Synthesis, SyntheticRainDataset
-from derain.lit import DerainLitModule, charbonnier_loss
 from derain.models import DerainNet
 from derain.synth import BatchRain, LayerAugment, add_rain, builtin_clean_images, rain_residual
+from derain.train import DerainLitModule, charbonnier_loss
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 AUGMENT_RECIPE = CONFIGS / "derain-small" / "stage2-augment.yaml"

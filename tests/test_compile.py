@@ -14,10 +14,9 @@ import torch
 from helpers import TINY_NET
 from safetensors.torch import load_file
 
-from derain import lit
 from derain.fit import main as fit_main
-from derain.lit import DerainLitModule, charbonnier_loss
 from derain.models import DerainNet
+from derain.train import DerainLitModule, charbonnier_loss, lit
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -116,10 +116,6 @@ def test_failed_export_is_one_line_and_writes_nothing(
     exported: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     net = load_model(exported[0], device="cpu")
-    net.encoders[0][0].attn.record_entropy = True
-    with pytest.raises(OnnxExportError, match="'encoders.0.0.attn' has attention monitoring"):
-        export_onnx(net, tmp_path / "m.onnx")
-    net.encoders[0][0].attn.record_entropy = False
 
     def broken(*args, **kwargs):
         raise RuntimeError("aten::topk: k out of range\nlong traceback ...")

@@ -10,10 +10,10 @@ from helpers import grads_finite
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader
 
-from derain.lit import DerainLitModule
 from derain.models import AgentAttention, DerainNet, TopKSparseAttention
 from derain.models.attention import agent_attention, normalized_entropy
-from derain.monitor import AttentionMonitor, agent_layers, ratio_weight_logs, set_entropy_recording
+from derain.train import DerainLitModule
+from derain.train.monitor import AttentionMonitor, agent_entropies, agent_layers, ratio_weight_logs
 
 # sha256 of the sorted "name:shape" lines of DerainNet().state_dict(), captured before the research options
 # were added (162 tensors). Trained weights of the default network must keep loading.
@@ -213,22 +213,19 @@ def test_normalized_entropy_bounds():
 
 def test_agent_entropy_is_one_when_agent_logits_are_equal():
     attn = AgentAttention(16, 2, agents=9, agent_bias=False)
-    assert attn.last_entropy is None
     with torch.no_grad():
         attn.qkv.weight[:16].zero_()  # Q = 0 -> pooled agents = 0 -> all broadcast logits equal
-        attn(torch.randn(1, 16, 12, 12))
-        assert attn.last_entropy is None  # not recording: the fast path
-        attn.record_entropy = True
-        attn(torch.randn(1, 16, 12, 12))
-    assert torch.allclose(attn.last_entropy, torch.tensor(1.0))
+        with agent_entropies(attn) as entropies:
+            attn(torch.randn(1, 16, 12, 12))
+        attn(torch.randn(1, 16, 12, 12))  # outside the block: nothing recorded
+    assert entropies == {"": [pytest.approx(1.0)]}
     net = tiny()
-    set_entropy_recording(net, True)
     with torch.no_grad():
-        net(torch.rand(1, 3, 32, 32))
-    values = [float(m.last_entropy) for m in agent_layers(net).values()]
-    assert len(values) == 4 and all(0.0 <= v <= 1.0 for v in values)
-    set_entropy_recording(net, False)
-    assert all(m.last_entropy is None and not m.record_entropy for m in agent_layers(net).values())
+        with agent_entropies(net) as entropies:
+            net(torch.rand(1, 3, 32, 32))
+        net(torch.rand(1, 3, 32, 32))  # the hooks are gone
+    assert set(entropies) == set(agent_layers(net)) and len(entropies) == 4
+    assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in entropies.values())
 
 
 def test_monitor_warns_after_patience_collapsed_validations():
@@ -273,5 +270,8 @@ def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path, ema_decay):
     assert entropy_keys == {f"attn/agent_entropy/{name}" for name in agent_layers(model)}
     assert all(0.0 <= float(trainer.callback_metrics[k]) <= 1.0 for k in entropy_keys)
     assert "attn/tksa_ratio_weights/bottleneck.0.attn/0.5" in keys
-    assert not any(m.record_entropy for m in agent_layers(model).values())  # off again after validation
+    counted = {name: len(values) for name, values in monitor._entropies.items()}
+    with torch.no_grad():
+        model.eval()(batch["rain"][None])
+    assert {name: len(values) for name, values in monitor._entropies.items()} == counted  # no hooks left
     assert monitor.streaks == {}  # validations before min_step (1000) do not count towards a warning

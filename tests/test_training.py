@@ -21,9 +21,9 @@ from safetensors import safe_open
 from derain.fit import main as fit_main
 from derain.inference import WeightsError, load_model
 from derain.io import read_rgb, to_tensor
-from derain.lit import DerainLitModule, NonFiniteLossError, WarmupCosine, charbonnier_loss
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet, network_record
+from derain.train import DerainLitModule, NonFiniteLossError, WarmupCosine, charbonnier_loss
 from derain.weights import export_checkpoint, read_checkpoint_net, save_net
 
 REPO = Path(__file__).resolve().parents[1]

@@ -93,16 +93,6 @@ def _quiet_torch_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _check_options(net: nn.Module) -> None:
-    """Options of a derain network that the export does not support, named in one line."""
-    for name, module in net.named_modules():
-        if getattr(module, "record_entropy", False) or getattr(module, "keep_weights", False):
-            raise OnnxExportError(
-                f"module {name!r} has attention monitoring switched on (record_entropy / keep_weights); "
-                "the graph has no outputs for it: switch it off before exporting"
-            )
-
-
 def export_onnx(
     net: nn.Module,
     path: str | os.PathLike,
@@ -128,7 +118,6 @@ def export_onnx(
     if path.suffix != ".onnx":
         raise OnnxExportError(f"the ONNX output {path} should end in .onnx")
     multiple = _multiple(net)
-    _check_options(net)
     try:
         record = json.dumps(network_record(net))
     except TypeError as err:

@@ -14,10 +14,10 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from .io import to_uint8, write_image_atomic
-from .metrics import DerainMetrics
-from .models import network_record
-from .weights import CHECKPOINT_KEY, WeightsError, load_net
+from derain.io import to_uint8, write_image_atomic
+from derain.metrics import DerainMetrics
+from derain.models import network_record
+from derain.weights import CHECKPOINT_KEY, WeightsError, load_net
 
 log = logging.getLogger(__name__)
 
