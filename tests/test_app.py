@@ -20,16 +20,14 @@ import numpy as np
 import pytest
 import torch
 from gradio_client import Client, handle_file
-from helpers import make_clip
+from helpers import make_clip, tiny_net
 from PIL import Image
 from torch import Tensor, nn
 
 from derain.inference import load_image, restore
 from derain.inference.video import probe
-from derain.models import DerainNet
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 
 
 def load_app_module() -> ModuleType:
@@ -61,7 +59,7 @@ def app() -> ModuleType:
 @pytest.fixture(scope="module")
 def server(app: ModuleType) -> Iterator[str]:
     torch.manual_seed(0)
-    demo = app.build_app(DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2)
+    demo = app.build_app(tiny_net(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2)
     with launched(demo) as url:
         yield url
 
@@ -205,7 +203,7 @@ def test_sixteen_clients_at_once_each_get_their_own_photo_derained(app: ModuleTy
         tmp_path / "huge.png",
     ]
     torch.manual_seed(0)
-    net = Counting(DerainNet(**TINY).eval())
+    net = Counting(tiny_net())
     expected = [restore(net.net, rgb) for rgb in photos]
     for a, b in zip(
         expected, expected[1:], strict=False
@@ -235,7 +233,7 @@ def test_a_full_queue_turns_requests_away_with_a_try_again_message(app: ModuleTy
         cv2.imwrite(str(tmp_path / f"photo-{i}.png"), photo(i))
         files.append(tmp_path / f"photo-{i}.png")
     torch.manual_seed(0)
-    net = Counting(DerainNet(**TINY).eval(), delay=1.5)  # slow: the burst arrives while the first one runs
+    net = Counting(tiny_net(), delay=1.5)  # slow: the burst arrives while the first one runs
     with launched(app.build_app(net, max_queue=2)) as url:
         results = burst(url, files)
     served = [r for r in results if not isinstance(r, Exception)]

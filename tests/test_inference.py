@@ -29,25 +29,11 @@ from derain.inference import (
 )
 from derain.io import ImageReadError, image_size, read_rgb, to_rgb8
 from derain.models import DerainNet, network_record
-from derain.weights import save_net
-
-TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 
 # Measured with the tiny random-init network on a blurred-noise 256×384 image, tiles of 128 with 32 overlap:
 # max 4-5 levels, mean 0.6-0.9 over seeds 0-2. The bound leaves headroom for other seeds and platforms.
 TILED_MAX_ABS_DIFF = 10
 TILED_MEAN_ABS_DIFF = 1.5
-
-
-@pytest.fixture(scope="module")
-def tiny_net() -> DerainNet:
-    torch.manual_seed(0)
-    return DerainNet(**TINY).eval()
-
-
-@pytest.fixture(scope="module")
-def tiny_weights(tiny_net: DerainNet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_net(tiny_net, tmp_path_factory.mktemp("weights") / "tiny.safetensors")
 
 
 def smooth_image(h: int, w: int, seed: int = 0) -> np.ndarray:

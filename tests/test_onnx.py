@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from helpers import tiny_net
 from PIL import Image
 
 from derain import export as export_cli
@@ -17,6 +18,8 @@ from derain.inference import WeightsError, load_image, load_model, restore
 from derain.inference.onnx import OnnxExportError, OnnxNet, cached_onnx, export_onnx
 from derain.models import DerainNet
 from derain.weights import save_net
+
+pytestmark = pytest.mark.slow  # the module's network is exported to ONNX once: most of a minute on two cores
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "datasets" / "examples").glob("*.jpg"))
 
@@ -108,7 +111,7 @@ def test_weights_are_exported_once_into_the_cache(
     assert isinstance(load_model(exported[0], backend="onnxruntime"), OnnxNet) and len(calls) == 1
     changed = tmp_path / "changed.safetensors"
     torch.manual_seed(1)
-    save_net(DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4), changed)
+    save_net(tiny_net(seed=1), changed)
     assert cached_onnx(changed) != first and len(calls) == 2
 
 

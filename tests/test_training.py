@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import TINY_NET
+from helpers import TINY, TINY_NET
 from safetensors import safe_open
 
 from derain.fit import main as fit_main
@@ -74,6 +74,7 @@ def test_fast_dev_run_on_the_synthetic_default(tmp_path):
     assert fit_main(args) == 0
 
 
+@pytest.mark.slow
 def test_training_learns_resumes_and_exports(tmp_path, capsys):
     data = make_folder(tmp_path / "pairs")
     val = make_folder(tmp_path / "val", seed=1)  # other backgrounds: training pairs showing them would leave
@@ -127,6 +128,7 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     assert psnr(pred, clean) > psnr(rain, clean) + 1.0, (psnr(pred, clean), psnr(rain, clean))
 
 
+@pytest.mark.slow
 def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
     proc = subprocess.run(
@@ -220,7 +222,7 @@ def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_pat
 def test_fine_tune_resumes_without_its_init_weights_file(tmp_path, capsys):
     data = make_folder(tmp_path / "pairs")
     torch.manual_seed(5)
-    tiny = DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4)
+    tiny = DerainNet(**TINY)
     source = save_net(tiny, tmp_path / "start.safetensors")
     run = tmp_path / "run"
     common = [
@@ -333,6 +335,7 @@ def test_export_errors_name_the_file(tmp_path):
         read_checkpoint_net(other)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ddp_on_two_cpu_processes(tmp_path):
     data = make_folder(tmp_path / "pairs")
@@ -363,6 +366,7 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     assert (run / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, capsys):
     data = make_folder(tmp_path / "pairs")
     run = tmp_path / "run"
@@ -522,6 +526,7 @@ def test_the_schedule_keeps_the_warm_up_and_cosine_formula():
             scheduler.step()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_learning_rate_schedule_it_started(tmp_path, monkeypatch, caplog):
     data = make_folder(tmp_path / "pairs")
     common = [

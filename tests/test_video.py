@@ -9,7 +9,7 @@ import av
 import numpy as np
 import pytest
 import torch
-from helpers import make_clip, read_frames
+from helpers import make_clip, read_frames, tiny_net
 
 from derain.infer import main
 from derain.inference import restore
@@ -19,8 +19,7 @@ from derain.models import DerainNet
 
 @pytest.fixture(scope="module")
 def net() -> DerainNet:
-    torch.manual_seed(0)
-    return DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4).eval()
+    return tiny_net()
 
 
 class Invert(torch.nn.Module):

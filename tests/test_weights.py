@@ -57,6 +57,7 @@ def test_the_model_card_hold_out_is_what_the_recipe_holds_out(monkeypatch: pytes
         ("spa-samples", None, 2.0),  # real rain, never trained on
     ],
 )
+@pytest.mark.slow
 def test_shipped_weights_on_unseen_real_pairs(
     shipped: DerainNet, folder: str, names: set[str] | None, gain: float
 ) -> None:
