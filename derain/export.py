@@ -20,9 +20,9 @@ from derain.weights import export_checkpoint, load_net
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m derain.export") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m derain.export",
+        prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = "python -m derain.export") -> int:
+    """Command-line entry; returns the exit status (0 written, 2 a usage error or a file that cannot be read)."""
+    args = build_parser(prog).parse_args(argv)
     try:
         if args.output.endswith(".onnx"):
             net = load_net(args.checkpoint)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from derain import weights as weights_file
+from derain.extras import require
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "default_device", "load_model"]
 
@@ -62,6 +63,7 @@ def load_model(
     if backend == "onnxruntime":
         if device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"the onnxruntime backend runs on the CPU; got device {str(device)!r}")
+        require("onnxruntime", "the onnxruntime backend")  # before any export: one line for the extra
         from .onnx import OnnxNet, cached_onnx
 
         return OnnxNet(path if path.suffix == ".onnx" else cached_onnx(path)).eval()
