@@ -2,7 +2,7 @@
 
     python benchmarks/video.py [--weights FILE] [--onnx FILE] [--frames 12] [--data ../shared/data]
 
-1. Frames per second of ``derain.video.derain_video`` on an 854×480 H.264 clip (an example photo panned by 3
+1. Frames per second of ``derain.inference.video.derain_video`` on an 854×480 H.264 clip (an example photo panned by 3
    pixels a frame, procedural heavy rain rendered anew on every frame), torch eager against onnxruntime
    (``--onnx`` or the weights exported once into the cache), decoding and encoding included.
 2. Flicker: on the real webcam scenes of ``gtrain-webcam-pairs`` (4–7 rainy frames of one fixed camera each),

@@ -103,7 +103,7 @@ def find_inputs(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
 
 def output_path(path: Path, in_dir: Path, out_dir: Path, fmt: str) -> Path:
     """Where the result for ``path`` goes: the same relative path under ``out_dir``, suffix set by ``fmt``
-    (images) or by ``derain.video.video_output_suffix`` (videos)."""
+    (images) or by ``derain.inference.video.video_output_suffix`` (videos)."""
     rel = path.relative_to(in_dir)
     if is_video(path):
         suffix = video_output_suffix(path)
