@@ -170,8 +170,9 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
         else:
             todo.append((path, out))
     videos = [path for path, _ in todo if is_video(path)]
-    if videos and video_support() is not None:  # one line for them all, then the photos
-        print(f"failed: {len(videos)} video(s): {video_support()}", file=sys.stderr)
+    unsupported = video_support() if videos else None
+    if unsupported is not None:  # one line for them all, then the photos
+        print(f"failed: {len(videos)} video(s): {unsupported}", file=sys.stderr)
         summary.failed += len(videos)
         summary.failed_paths += videos
         todo = [(path, out) for path, out in todo if not is_video(path)]
@@ -282,8 +283,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.infer")
             file=sys.stderr,
         )
         return 2
-    if in_dir.is_file() and is_video(in_dir) and video_support() is not None:
-        return arguments.usage_error(video_support())
+    unsupported = video_support() if in_dir.is_file() and is_video(in_dir) else None
+    if unsupported is not None:
+        return arguments.usage_error(unsupported)
     try:
         model = arguments.load_model(args)
     except arguments.UsageError as err:

@@ -5,15 +5,8 @@ needs ``derain[onnx]``, videos (``derain.inference.video``) need ``derain[video]
 used. The weights errors are ``derain.weights``'; they are named here too, for ``load_model``'s callers.
 """
 
-from derain.weights import (
-    FORMAT as WEIGHTS_FORMAT,
-)
-from derain.weights import (
-    PACKAGED_WEIGHTS,
-    WeightsError,
-    WeightsNotFoundError,
-    packaged_weights,
-)
+from derain.weights import FORMAT as WEIGHTS_FORMAT
+from derain.weights import PACKAGED_WEIGHTS, WeightsError, WeightsNotFoundError, packaged_weights
 
 from .backends import BACKENDS, DEFAULT_BACKEND, default_device, load_model
 from .image import (
