@@ -16,6 +16,8 @@ from torch import nn
 from derain import weights as weights_file
 from derain.extras import require
 
+from .onnx import OnnxNet, cached_onnx
+
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "default_device", "load_model"]
 
 BACKENDS = ("torch", "onnxruntime")
@@ -64,8 +66,6 @@ def load_model(
         if device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"the onnxruntime backend runs on the CPU; got device {str(device)!r}")
         require("onnxruntime", "the onnxruntime backend")  # before any export: one line for the extra
-        from .onnx import OnnxNet, cached_onnx
-
         return OnnxNet(path if path.suffix == ".onnx" else cached_onnx(path)).eval()
     net = weights_file.load_net(path)
     return net.to(device if device is not None else default_device()).eval()
