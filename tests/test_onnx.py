@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from helpers import tiny_net
@@ -20,6 +19,10 @@ from derain.models import DerainNet
 from derain.weights import save_net
 
 pytestmark = pytest.mark.slow  # the module's network is exported to ONNX once: most of a minute on two cores
+onnx = pytest.importorskip(
+    "onnx", reason="ONNX is derain[onnx]'s (tests/test_extras.py covers an install without it)"
+)
+pytest.importorskip("onnxruntime")
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "datasets" / "examples").glob("*.jpg"))
 

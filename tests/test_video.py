@@ -1,11 +1,10 @@
-"""Videos: ``derain.video.derain_video`` and ``python -m derain.infer`` on clips (order, size, rate, audio,
+"""Videos: ``derain.inference.video.derain_video`` and ``python -m derain.infer`` on clips (order, size, rate, audio,
 atomic output, broken files)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import torch
@@ -15,6 +14,10 @@ from derain.infer import main
 from derain.inference import restore
 from derain.inference.video import VideoError, derain_video, probe, video_output_suffix
 from derain.models import DerainNet
+
+av = pytest.importorskip(
+    "av", reason="PyAV is derain[video]'s (tests/test_extras.py covers an install without it)"
+)
 
 
 @pytest.fixture(scope="module")
