@@ -63,3 +63,21 @@ def test_python_dash_m_forms_still_work() -> None:
         proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.startswith("usage: ")
+
+
+@pytest.mark.parametrize("name", ["infer", "evaluate", "app"])
+def test_the_three_model_commands_refuse_a_bad_device_and_bad_tiling_alike(
+    name: str, tmp_path, tiny_weights, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One "load the model or exit 2" (derain.arguments): each command names a device torch cannot use and
+    tiling that cannot work, in one line, with status 2 (evaluate and the page let a bad --device through)."""
+    (tmp_path / "in").mkdir()
+    where = {"infer": [str(tmp_path / "in"), str(tmp_path / "out")], "app": []}
+    where["evaluate"] = ["--rain", str(tmp_path / "in"), "--clean", str(tmp_path / "in")]
+    common = [*where[name], "--weights", str(tiny_weights)]
+    assert main([name, *common, "--device", "nonsense"]) == 2
+    assert "error: cannot use --device 'nonsense'" in capsys.readouterr().err
+    assert main([name, *common, "--tile", "64", "--overlap", "64"]) == 2  # the page has --overlap too
+    assert (
+        "error: need tile >= 0 and 0 <= overlap < tile, got --tile 64 --overlap 64" in capsys.readouterr().err
+    )
