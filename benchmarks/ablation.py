@@ -29,9 +29,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from derain.data import DerainDataModule, PairSources, Synthesis
-from derain.lit import charbonnier_loss
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.train import charbonnier_loss
 
 BLOCKS = (1, 2, 2, 2)  # DerainNet's default blocks per level
 

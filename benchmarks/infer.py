@@ -39,11 +39,11 @@ import cv2
 import numpy as np
 import torch
 
-from derain.export import save_net
 from derain.infer import main as infer_main
 from derain.inference import WeightsNotFoundError, load_model, packaged_weights, restore
+from derain.inference.onnx import OnnxNet, cached_onnx
 from derain.models import DerainNet
-from derain.onnx import OnnxNet, cached_onnx
+from derain.weights import save_net
 
 REPO = Path(__file__).resolve().parents[1]
 

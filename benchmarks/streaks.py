@@ -7,7 +7,7 @@ Measures rain layers, grey (H, W) in [0, 1], from three sources:
   rendered twice on each of the same clean images, recovered the same way;
 - the rendered streak layers of ``rain-streaks-garg06`` (bright streaks on black, used as they are).
 
-Per layer: floor (10th percentile: a veil or haze lifts it), coverage (share of pixels above 0.1), streak brightness (median and 90th percentile of pixels above
+Per layer (``derain.synth.measure.layer_stats``): floor (10th percentile: a veil or haze lifts it), coverage (share of pixels above 0.1), streak brightness (median and 90th percentile of pixels above
 0.05), fall angle from vertical and its spread (the structure tensor's orientation in 32-pixel blocks: the circular
 spread of the doubled angles, weighted by block coherence), direction coherence of the whole layer, and the
 streaks' length and width read off the layer's autocorrelation (twice the distance at which it falls to one half,
@@ -20,83 +20,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import cv2
 import numpy as np
 from common import report
 
 from derain.io import read_rgb
 from derain.pairing import find_pairs
 from derain.synth import COMPOSITE_BETA, add_rain, recover_layer
+from derain.synth.measure import STATS, layer_stats
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-BLOCK = 32
-STATS = (
-    "floor",
-    "coverage",
-    "bright_p50",
-    "bright_p90",
-    "angle",
-    "angle_spread",
-    "coherence",
-    "length",
-    "width",
-)
-
-
-def orientation(gx: np.ndarray, gy: np.ndarray) -> tuple[float, float]:
-    """Streak direction (degrees from vertical, in (−90, 90]) and coherence from summed gradient products."""
-    jxx, jyy, jxy = float((gx * gx).sum()), float((gy * gy).sum()), float((gx * gy).sum())
-    grad = 0.5 * np.arctan2(2 * jxy, jxx - jyy)  # dominant gradient direction, radians from the x axis
-    streak = grad + np.pi / 2  # streaks run across their gradient
-    # from vertical (image y points down): a streak along (cos s, sin s)
-    angle = np.degrees(np.arctan2(np.cos(streak), np.sin(streak)))
-    angle = (angle + 90) % 180 - 90
-    coherence = np.hypot(jxx - jyy, 2 * jxy) / max(jxx + jyy, 1e-12)
-    return float(angle), float(coherence)
-
-
-def half_distance(acf: np.ndarray, angle: float, limit: int = 80) -> float:
-    """Distance from the centre of ``acf`` (peak 1) along ``angle`` (degrees from vertical) where it falls to 0.5."""
-    cy, cx = acf.shape[0] // 2, acf.shape[1] // 2
-    r = np.arange(0, limit, 0.25, dtype=np.float32)
-    t = np.radians(angle)
-    xs = (cx + r * np.sin(t)).astype(np.float32)
-    ys = (cy + r * np.cos(t)).astype(np.float32)
-    values = cv2.remap(acf, xs[None], ys[None], cv2.INTER_LINEAR)[0]
-    below = np.nonzero(values < 0.5)[0]
-    return float(r[below[0]]) if below.size else float(limit)
-
-
-def layer_stats(layer: np.ndarray) -> dict[str, float]:
-    """The statistics above for one grey layer."""
-    layer = layer.astype(np.float32)
-    streak = layer[layer > 0.05]
-    gx, gy = cv2.Sobel(layer, cv2.CV_32F, 1, 0), cv2.Sobel(layer, cv2.CV_32F, 0, 1)
-    angle, coherence = orientation(gx, gy)
-    doubled, weights = [], []
-    for y in range(0, layer.shape[0] - BLOCK + 1, BLOCK):
-        for x in range(0, layer.shape[1] - BLOCK + 1, BLOCK):
-            a, c = orientation(gx[y : y + BLOCK, x : x + BLOCK], gy[y : y + BLOCK, x : x + BLOCK])
-            doubled.append(np.exp(2j * np.radians(a)))
-            weights.append(c)
-    w = np.asarray(weights)
-    resultant = abs((w * np.asarray(doubled)).sum()) / max(w.sum(), 1e-12)
-    spread = np.degrees(0.5 * np.sqrt(-2 * np.log(max(resultant, 1e-12))))
-    centred = layer - layer.mean()
-    power = np.abs(np.fft.fft2(centred)) ** 2
-    acf = np.fft.fftshift(np.fft.ifft2(power).real).astype(np.float32)
-    acf /= max(float(acf.max()), 1e-12)
-    return {
-        "floor": float(np.quantile(layer, 0.1)),
-        "coverage": float((layer > 0.1).mean()),
-        "bright_p50": float(np.median(streak)) if streak.size else 0.0,
-        "bright_p90": float(np.quantile(streak, 0.9)) if streak.size else 0.0,
-        "angle": angle,
-        "angle_spread": float(spread),
-        "coherence": coherence,
-        "length": 2 * half_distance(acf, angle),
-        "width": 2 * half_distance(acf, angle + 90),
-    }
 
 
 def summary(values: list[dict[str, float]]) -> dict[str, list[float]]:

@@ -7,7 +7,7 @@ Side by side in one run: a training step (forward, Charbonnier loss, backward, A
 NCHW memory format, and the time the DataLoader needs to produce one batch of synthetic rain with transplant
 (the embedded default's data path) in the main process, plain and with the rain-layer augmentation of
 configs/derain-small/stage2-augment.yaml (gain, resize, turn in one warp; a second layer for some), and procedural
-rain for a batch, numpy per image (loader workers) against ``derain.batch_rain.BatchRain`` (kornia, on the batch's
+rain for a batch, numpy per image (loader workers) against ``derain.synth.BatchRain`` (kornia, on the batch's
 device; here the CPU), and a training step eager against ``--model.compile true`` (``torch.compile``) at the batch
 shapes of configs/rain100h.yaml and of the shipped recipe (derain-small, stage 3 on), timed alternately, with
 the one-off compile time. Prints a table
@@ -28,11 +28,10 @@ import yaml
 from common import report, reset_peak, status_kb
 from torch import Tensor
 
-from derain.batch_rain import BatchRain
-from derain.data import SyntheticRainDataset
-from derain.lit import DerainLitModule, charbonnier_loss
+from derain.data import Synthesis, SyntheticRainDataset
 from derain.models import DerainNet
-from derain.synth import LayerAugment, add_rain, builtin_clean_images, rain_residual
+from derain.synth import BatchRain, LayerAugment, add_rain, builtin_clean_images, rain_residual
+from derain.train import DerainLitModule, charbonnier_loss
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 AUGMENT_RECIPE = CONFIGS / "derain-small" / "stage2-augment.yaml"
@@ -117,16 +116,16 @@ def loader_time(batch: int, patch: int, batches: int, augment: LayerAugment | No
     """Median seconds to build one batch of the synthetic-rain dataset in this process."""
     rng = np.random.default_rng(0)
     clean = builtin_clean_images()
-    residuals = [rain_residual(add_rain(img, rng, "heavy"), img) for img in clean[:3]]
+    residuals = [rain_residual(add_rain(img, rng, "heavy", beta=0.0), img) for img in clean[:3]]
     residuals = [(r * 255).round().astype(np.uint8) if r.dtype != np.uint8 else r for r in residuals]
     ds = SyntheticRainDataset(
         clean,
         length=batch * batches,
         patch_size=patch,
-        rain_residuals=residuals,
-        transplant_prob=0.5,
+        pair_layers=residuals,
+        # clip(rainy − clean) layers are added (β = 0)
+        synthesis=Synthesis(transplant_prob=0.5, layer_augment=augment or LayerAugment(), composite_beta=0.0),
         seed=0,
-        layer_augment=augment,
     )
     times = []
     for b in range(batches):

@@ -2,7 +2,7 @@
 
     python benchmarks/video.py [--weights FILE] [--onnx FILE] [--frames 12] [--data ../shared/data]
 
-1. Frames per second of ``derain.video.derain_video`` on an 854×480 H.264 clip (an example photo panned by 3
+1. Frames per second of ``derain.inference.video.derain_video`` on an 854×480 H.264 clip (an example photo panned by 3
    pixels a frame, procedural heavy rain rendered anew on every frame), torch eager against onnxruntime
    (``--onnx`` or the weights exported once into the cache), decoding and encoding included.
 2. Flicker: on the real webcam scenes of ``gtrain-webcam-pairs`` (4–7 rainy frames of one fixed camera each),
@@ -32,9 +32,9 @@ import numpy as np
 from common import report
 
 from derain.inference import load_image, load_model, packaged_weights, restore
-from derain.onnx import OnnxNet, cached_onnx
+from derain.inference.onnx import OnnxNet, cached_onnx
+from derain.inference.video import derain_video
 from derain.synth import add_rain
-from derain.video import derain_video
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"
@@ -79,7 +79,7 @@ def panned_clip(path: Path, frames: int, step: int, size: tuple[int, int] = (480
         for i in range(frames):
             clean = np.ascontiguousarray(canvas[:, step * i : step * i + w])
             cleans.append(clean)
-            rainy = np.rint(add_rain(clean, rng, "heavy") * 255).astype(np.uint8)
+            rainy = np.rint(add_rain(clean, rng, "heavy", beta=0.0) * 255).astype(np.uint8)
             frame = av.VideoFrame.from_ndarray(rainy, format="rgb24")
             frame.pts = i
             container.mux(stream.encode(frame))

@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "DerainNet": "derain.models",
-    "load_model": "derain.inference",
-    "restore": "derain.inference",
+    "load_model": "derain.inference.backends",
+    "restore": "derain.inference.image",
 }
 
 __all__ = ["DerainNet", "load_model", "restore", "__version__"]

@@ -1,5 +1,5 @@
-"""Derain one photo in the browser: ``python -m derain.app`` (or ``derain-app``, or the repository's
-``python app.py``) then open http://127.0.0.1:7860.
+"""Derain one photo in the browser: ``derain app`` (or ``python -m derain.app``, ``derain-app``, or the
+repository's ``python app.py``) then open http://127.0.0.1:7860.
 
 Upload a rainy photo (or click an example), choose *Fast* (one pass) or *Best* (a flip self-ensemble, several
 times slower; the page shows what each is expected to take for the photo), press *Derain*, compare before/after
@@ -24,17 +24,13 @@ import torch
 from PIL import Image
 from torch import nn
 
-from derain.inference import (
-    add_backend_argument,
-    ensemble_flips,
-    load_image,
-    load_model,
-    restore,
-)
+from derain import arguments
+from derain.extras import MissingExtraError
+from derain.inference import ensemble_flips, load_image, restore
+from derain.inference.video import VideoError, derain_video, probe
 from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
 from derain.models import DerainNet
 from derain.resources import shipped_folder
-from derain.video import VideoError, derain_video, probe
 
 EXAMPLES_DIR = shipped_folder("examples", "datasets/examples")
 """The example photos: ``derain/examples`` once installed, else ``datasets/examples`` of the source tree."""
@@ -233,6 +229,8 @@ def build_app(
             info = probe(source)
         except VideoError:
             raise gr.Error(f"{source.name} is not a video this page can read.") from None
+        except MissingExtraError as err:  # PyAV is derain[video]'s
+            raise gr.Error(f"{err}.") from None
         if info.seconds > max_video_seconds:
             raise gr.Error(
                 f"This clip is {info.seconds:.1f} s long; the limit here is {max_video_seconds:g} s. "
@@ -335,18 +333,16 @@ def build_app(
     return demo.queue(default_concurrency_limit=concurrency, max_size=max_queue)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m derain.app", description="Derain photos in the browser.")
+def build_parser(prog: str = "python -m derain.app") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Derain photos in the browser.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
-    parser.add_argument("--weights", type=Path, default=None, help="weights file (default: packaged weights)")
+    arguments.add_model_arguments(parser, scope="photo", ensemble=False)
     parser.add_argument(
         "--random-weights",
         action="store_true",
         help="use an untrained network (page layout demos and tests only)",
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    parser.add_argument("--tile", type=int, default=None, help="tile size (default: tile only large photos)")
     parser.add_argument(
         "--ensemble",
         type=int,
@@ -361,7 +357,6 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the page's default quality (default auto: Best when it takes at most {BEST_DEFAULT_MAX_S:g} s for "
         "1 megapixel here, else Fast)",
     )
-    add_backend_argument(parser)
     parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
     parser.add_argument(
         "--max-video-seconds",
@@ -379,9 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "python -m derain.app") -> int:
     """Start the server; returns 2 with a message when no weights can be loaded."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     warning = None
     if args.random_weights:
         print(
@@ -393,16 +388,14 @@ def main(argv: list[str] | None = None) -> int:
         warning = UNTRAINED_WARNING
     else:
         try:
-            model = load_model(args.weights, device=args.device, backend=args.backend)
-        except ValueError as err:  # WeightsError, or a backend that cannot run here
-            print(
-                f"error: {err}\n(or start with --random-weights to see the page with an untrained network)",
-                file=sys.stderr,
-            )
-            return 2
+            model = arguments.load_model(args)
+        except arguments.UsageError as err:
+            hint = "(or start with --random-weights to see the page with an untrained network)"
+            return arguments.usage_error(err, hint)
     demo = build_app(
         model,
         tile=args.tile,
+        overlap=args.overlap,
         max_megapixels=args.max_megapixels,
         concurrency=args.concurrency,
         max_queue=args.max_queue,

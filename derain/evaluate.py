@@ -27,10 +27,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .inference import add_backend_argument, add_ensemble_argument, load_model, restore
-from .io import list_images, read_rgb, to_tensor
-from .metrics import DerainMetrics
-from .pairing import match_by_name
+from derain import arguments
+from derain.inference import restore
+from derain.io import list_images, read_rgb, to_tensor
+from derain.metrics import DerainMetrics
+from derain.pairing import match_by_name
 
 __all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summarize", "spread", "main"]
 
@@ -191,9 +192,9 @@ def _print_table(rows: list[Row], summary: dict[str, float | int]) -> None:
             )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m derain.evaluate") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m derain.evaluate",
+        prog=prog,
         description="PSNR/SSIM (MATLAB Y channel and RGB) and brightness bias (Y) of derained images "
         "against clean ones.",
     )
@@ -201,12 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--rain", type=Path, help="folder of rainy inputs: run the model on them, then score")
     source.add_argument("--pred", type=Path, help="folder of derained outputs to score as they are")
     parser.add_argument("--clean", type=Path, required=True, help="folder of clean ground-truth images")
-    parser.add_argument("--weights", type=Path, default=None, help="weights for --rain (default: packaged)")
-    parser.add_argument("--tile", type=int, default=None, help="tile size for --rain (default: automatic)")
-    parser.add_argument("--overlap", type=int, default=32, help="tile overlap for --rain (default 32)")
-    parser.add_argument("--device", default=None, help="device for --rain (default: cuda if available)")
-    add_ensemble_argument(parser, "image (with --rain)")
-    add_backend_argument(parser)
+    arguments.add_model_arguments(parser, when=" (with --rain)")
     parser.add_argument("--csv", type=Path, default=None, help="write per-image scores to this CSV file")
     parser.add_argument("--json", action="store_true", help="print one JSON object (means, count) on stdout")
     parser.add_argument(
@@ -218,9 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluate") -> int:
     """Command-line entry; returns the exit status (0 all scored, 1 some files unpaired/unscored, 2 usage)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     test_dir = args.rain or args.pred
     for flag, folder in (("--rain" if args.rain else "--pred", test_dir), ("--clean", args.clean)):
         if not folder.is_dir():
@@ -229,10 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     model = None
     if args.rain is not None:
         try:
-            model = load_model(args.weights, device=args.device, backend=args.backend)
-        except ValueError as err:  # WeightsError, or a backend that cannot run here
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+            model = arguments.load_model(args)
+        except arguments.UsageError as err:
+            return arguments.usage_error(err)
     names = None
     if args.names is not None:
         names = {n.strip() for n in args.names.split(",") if n.strip()}

@@ -19,13 +19,12 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from .data import DataError, DerainDataModule
-from .export import export_checkpoint
-from .inference import WeightsError
-from .lit import DerainLitModule, NonFiniteLossError
-from .resources import shipped_folder
+from derain.data.module import DerainDataModule
+from derain.pairing import DataError
+from derain.resources import shipped_folder
+from derain.train import DerainLitModule, LastCheckpoint, NonFiniteLossError, last_checkpoint
+from derain.weights import WeightsError, export_checkpoint
 
 __all__ = ["DerainCLI", "ConfigNotFoundError", "bundled_config_dir", "resolve_config_args", "main"]
 
@@ -130,52 +129,25 @@ class DerainCLI(LightningCLI):
         config = self.config
         if config.model.get("init_weights") is None or config.get("resume") == "never":
             return
-        last = _last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
+        last = last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
         if config.get("resume", "auto") != "auto" or last.is_file():
             print(f"Resuming: --model.init_weights {config.model.init_weights} is not read", flush=True)
             config.model.init_weights = None
-
-
-def _last_checkpoint(dirpath: str | None, default_root_dir: str | None) -> Path:
-    """Where a run keeps ``last.ckpt``: the checkpoint folder, by default ``<default_root_dir>/checkpoints``."""
-    return Path(dirpath or Path(default_root_dir or ".") / "checkpoints") / "last.ckpt"
-
-
-class _LastCheckpoint(ModelCheckpoint):
-    """Rewrites ``last.ckpt`` after every validation, at the end of training, and on Ctrl+C or SIGTERM (not on
-    errors such as a NaN loss, whose state is not worth resuming)."""
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        if self._last_global_step_saved != trainer.global_step and not trainer.fast_dev_run:
-            self._save_checkpoint(trainer, self.format_checkpoint_name(self._monitor_candidates(trainer)))
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
-            super().on_exception(trainer, pl_module, exception)
 
 
 def _checkpoint_callback(trainer) -> ModelCheckpoint:
     """The best-by-metric checkpoint callback, with its folder settled, plus a ``last.ckpt`` saver beside it.
 
     Lightning's own ``save_last`` only writes ``last`` when a top-k checkpoint was written at the same step, which
-    would make a resumed run lose progress; a second callback without a monitor rewrites ``last.ckpt`` after
-    every validation.
+    would make a resumed run lose progress; ``derain.train.LastCheckpoint`` rewrites ``last.ckpt`` after every
+    validation.
     """
     callback = trainer.checkpoint_callback
     if callback is None:
         raise RuntimeError("no ModelCheckpoint callback configured")
     if callback.dirpath is None:
         callback.dirpath = str(Path(trainer.default_root_dir) / "checkpoints")
-    last = _LastCheckpoint(
-        dirpath=callback.dirpath,
-        filename="last",
-        monitor=None,
-        save_top_k=1,
-        enable_version_counter=False,
-        save_on_train_epoch_end=False,
-        save_on_exception=True,
-    )
-    trainer.callbacks.append(last)
+    trainer.callbacks.append(LastCheckpoint(last_checkpoint(callback.dirpath, trainer.default_root_dir)))
     return callback
 
 
@@ -213,7 +185,7 @@ def format_test_table(
     return "\n".join(lines)
 
 
-def run(args: list[str] | None = None) -> int:
+def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     torch.set_float32_matmul_precision("high")
     if args is None:  # LightningCLI reads sys.argv itself (and warns when given it as args)
         sys.argv[1:] = resolve_config_args(sys.argv[1:])
@@ -224,7 +196,7 @@ def run(args: list[str] | None = None) -> int:
         DerainDataModule,
         run=False,
         args=args,
-        parser_kwargs={"prog": PROG},
+        parser_kwargs={"prog": prog},
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
     )
@@ -233,7 +205,7 @@ def run(args: list[str] | None = None) -> int:
     run_dir = Path(trainer.default_root_dir)
     resume = cli.config.get("resume", "auto")
     ckpt_path = None
-    last = _last_checkpoint(callback.dirpath, trainer.default_root_dir)
+    last = last_checkpoint(callback.dirpath, trainer.default_root_dir)
     if resume == "auto" and last.is_file():
         step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
         ckpt_path = str(last)
@@ -270,9 +242,11 @@ def run(args: list[str] | None = None) -> int:
     return 0
 
 
-def main(args: list[str] | None = None) -> int:
+def main(args: list[str] | None = None, *, prog: str = PROG) -> int:
+    """Train, test and export (see the module docstring); returns the exit status (2: a usage or data error, 1: the
+    loss diverged, 130: interrupted)."""
     try:
-        return run(args)
+        return run(args, prog=prog)
     except Exception as err:  # noqa: BLE001 - only our expected errors are turned into messages
         cause = _root_cause(err)
         if isinstance(cause, (ConfigNotFoundError, DataError, WeightsError)):

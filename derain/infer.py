@@ -2,7 +2,7 @@
 
 ``IN`` is a folder (every image and video in it) or one image or video; ``OUT`` is a folder, or for one input
 file also the output file (``python -m derain.infer clip.mp4 out.mp4``). Videos are derained frame by frame
-into H.264 with their audio (``derain.video``); the progress bar counts frames.
+into H.264 with their audio (``derain.inference.video``, needs ``derain[video]``); the progress bar counts frames.
 
 Resumable (finished outputs are skipped; each is written atomically, videos too), robust (unreadable files are
 reported by path and the rest processed), and shardable (``--shard i/n`` splits one folder over n processes).
@@ -22,16 +22,18 @@ import numpy as np
 from torch import nn
 from tqdm import tqdm
 
-from .inference import (
-    DEFAULT_TILE,
-    add_backend_argument,
-    add_ensemble_argument,
-    load_image,
-    load_model,
-    restore,
+from derain import arguments
+from derain.extras import MissingExtraError
+from derain.inference import load_image, restore
+from derain.inference.video import (
+    VIDEO_SUFFIXES,
+    VideoError,
+    derain_video,
+    probe,
+    video_output_suffix,
+    video_support,
 )
-from .io import IMAGE_SUFFIXES, write_image_atomic
-from .video import VIDEO_SUFFIXES, VideoError, derain_video, probe, video_output_suffix
+from derain.io import IMAGE_SUFFIXES, to_8bit, write_image_atomic
 
 __all__ = ["Summary", "find_inputs", "is_video", "output_path", "parse_shard", "run", "main"]
 
@@ -101,7 +103,7 @@ def find_inputs(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
 
 def output_path(path: Path, in_dir: Path, out_dir: Path, fmt: str) -> Path:
     """Where the result for ``path`` goes: the same relative path under ``out_dir``, suffix set by ``fmt``
-    (images) or by ``derain.video.video_output_suffix`` (videos)."""
+    (images) or by ``derain.inference.video.video_output_suffix`` (videos)."""
     rel = path.relative_to(in_dir)
     if is_video(path):
         suffix = video_output_suffix(path)
@@ -113,8 +115,8 @@ def output_path(path: Path, in_dir: Path, out_dir: Path, fmt: str) -> Path:
 def _fit_to_format(image: np.ndarray, suffix: str) -> np.ndarray:
     """Drop what the output format cannot hold: 16 bits outside PNG/TIFF, alpha in JPEG."""
     suffix = suffix.lower()
-    if image.dtype == np.uint16 and suffix not in _DEEP_SUFFIXES:
-        image = np.rint(image / 257.0).astype(np.uint8)
+    if suffix not in _DEEP_SUFFIXES:
+        image = to_8bit(image)
     if image.ndim == 3 and image.shape[2] == 4 and suffix in _NO_ALPHA_SUFFIXES:
         image = image[:, :, :3]
     return image
@@ -130,7 +132,7 @@ def _frame_count(path: Path) -> int:
         return 1
     try:
         return max(probe(path).frames, 1)
-    except VideoError:
+    except (VideoError, MissingExtraError):
         return 1  # reported when it is derained
 
 
@@ -167,6 +169,13 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
             summary.skipped += 1
         else:
             todo.append((path, out))
+    videos = [path for path, _ in todo if is_video(path)]
+    unsupported = video_support() if videos else None
+    if unsupported is not None:  # one line for them all, then the photos
+        print(f"failed: {len(videos)} video(s): {unsupported}", file=sys.stderr)
+        summary.failed += len(videos)
+        summary.failed_paths += videos
+        todo = [(path, out) for path, out in todo if not is_video(path)]
 
     start = time.perf_counter()
     expected = {path: _frame_count(path) for path, _ in todo}
@@ -210,9 +219,9 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
     return summary
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m derain.infer") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m derain.infer",
+        prog=prog,
         description="Derain every image and video in IN and write the results to OUT (same names), or one "
         "file IN to the file or folder OUT. Videos become H.264 with their audio.",
     )
@@ -225,24 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="output folder (created; not inside IN); for one input file also an output file name",
     )
-    parser.add_argument(
-        "--weights",
-        type=Path,
-        default=None,
-        help="weights file (.safetensors or .ckpt; .onnx with --backend onnxruntime); default: packaged",
-    )
-    parser.add_argument(
-        "--tile",
-        type=int,
-        default=None,
-        help="tile size in pixels; default: tile only large images; 0: never",
-    )
-    parser.add_argument(
-        "--overlap", type=int, default=32, help="pixels shared by neighbouring tiles (default 32)"
-    )
-    add_ensemble_argument(parser)
-    add_backend_argument(parser)
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    arguments.add_model_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="redo images whose output already exists")
     parser.add_argument("--recursive", action="store_true", help="include subfolders, mirrored in OUT_DIR")
     parser.add_argument(
@@ -261,10 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "python -m derain.infer") -> int:
     """Command-line entry; returns the exit status (0 ok, 1 some images failed, 2 usage error)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     in_dir, out_dir = args.in_dir.resolve(), args.out_dir.resolve()
     args.out_file = None
     if in_dir.is_file():
@@ -292,21 +283,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    tile = DEFAULT_TILE if args.tile is None else args.tile  # what restore will use on a large image
-    if tile < 0 or args.overlap < 0 or (tile and args.overlap >= tile):
-        print(
-            f"error: need tile >= 0 and 0 <= overlap < tile, got --tile {args.tile} --overlap {args.overlap}",
-            file=sys.stderr,
-        )
-        return 2
+    unsupported = video_support() if in_dir.is_file() and is_video(in_dir) else None
+    if unsupported is not None:
+        return arguments.usage_error(unsupported)
     try:
-        model = load_model(args.weights, device=args.device, backend=args.backend)
-    except ValueError as err:  # WeightsError, or a backend that cannot run here
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (RuntimeError, AssertionError) as err:  # torch's words for an unknown or unavailable device
-        print(f"error: cannot use --device {args.device!r}: {err}", file=sys.stderr)
-        return 2
+        model = arguments.load_model(args)
+    except arguments.UsageError as err:
+        return arguments.usage_error(err)
     args.in_dir, args.out_dir = in_dir, out_dir
     summary = run(args, model)
     print(summary.line())

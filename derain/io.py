@@ -24,10 +24,10 @@ __all__ = [
     "exif_transpose",
     "image_size",
     "list_images",
-    "pair_name",
     "natural_key",
     "read_image",
     "read_rgb",
+    "to_8bit",
     "to_rgb8",
     "write_image_atomic",
     "to_tensor",
@@ -37,19 +37,9 @@ __all__ = [
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
 
-_PREFIX = re.compile(r"^(no)?rain(y)?[-_]", re.IGNORECASE)
-_JORDER_SUFFIX = re.compile(r"(?<=\d)x2$", re.IGNORECASE)  # rain/X2/norain-12x2.png pairs with norain-12.png
-
-
 def natural_key(text: str) -> list[Any]:
     """Sort key that orders embedded numbers by value (``2`` before ``10``)."""
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", text)]
-
-
-def pair_name(path: str | os.PathLike) -> str:
-    """The name that pairs a file with its partner: the stem without ``rain-``/``rainy-``/``norain-`` and
-    JORDER's ``x2``."""
-    return _JORDER_SUFFIX.sub("", _PREFIX.sub("", Path(path).stem))
 
 
 def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
@@ -177,13 +167,17 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     return (w, h) if turned else (h, w)
 
 
+def to_8bit(image: np.ndarray) -> np.ndarray:
+    """A uint16 array scaled to uint8 (by 255/65535, rounded); a uint8 one as it is. Channels are kept."""
+    return np.rint(image / 257.0).astype(np.uint8) if image.dtype == np.uint16 else image
+
+
 def to_rgb8(image: np.ndarray) -> np.ndarray:
     """Any :func:`read_image` array -> 8-bit RGB (H, W, 3).
 
-    Gray is repeated to three channels, alpha dropped, 16-bit scaled by 255/65535 and rounded.
+    Gray is repeated to three channels, alpha dropped, 16-bit scaled by 255/65535 and rounded (:func:`to_8bit`).
     """
-    if image.dtype == np.uint16:
-        image = np.rint(image / 257.0).astype(np.uint8)
+    image = to_8bit(image)
     if image.ndim == 2:
         image = image[:, :, None]
     if image.shape[2] == 1:

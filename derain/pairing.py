@@ -1,4 +1,5 @@
-"""Which rainy image goes with which clean image: one pairing rule for training folders and the evaluator.
+"""Which rainy image goes with which clean image: the one pairing rule, for training folders, name lists and the
+evaluator.
 
 A pair's name is its file stem without a ``rain-``/``norain-`` prefix and without JORDER's ``x2`` suffix
 (``norain-1.png`` -> ``1``, ``norain-1x2.png`` -> ``1``, ``photo.jpg`` -> ``photo``); a rainy and a clean file pair
@@ -9,19 +10,34 @@ when their names are equal. Layouts of a pair folder ``DIR``:
   ``rain/X2/norain-1x2.png`` + ``norain/norain-1.png``);
 - ``DIR/input/NAME`` + ``DIR/target/NAME`` (Rain13K / MPRNet);
 - JORDER/PReNet flat: ``DIR/rain-001.png`` + ``DIR/norain-001.png``.
+
+Name lists (``exclude_list``: ``FOLDER/NAME`` a line) compare names in :func:`canonical_name` form, so
+``norain-7.png``, ``rain-007``, ``0007.png`` and ``7`` all name pair 7.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .io import ImageReadError, image_size, list_images, natural_key, pair_name
+from derain.io import ImageReadError, image_size, list_images, natural_key
 
-__all__ = ["DataError", "LAYOUTS", "Matching", "match_by_name", "find_pairs", "check_pairs", "pair_set"]
+__all__ = [
+    "DataError",
+    "LAYOUTS",
+    "Matching",
+    "canonical_name",
+    "check_pairs",
+    "find_pairs",
+    "match_by_name",
+    "pair_name",
+    "pair_set",
+    "read_name_list",
+]
 
 Pair = tuple[Path, Path]
 
@@ -32,10 +48,43 @@ LAYOUTS = (
 )
 _SUBFOLDER_LAYOUTS = (("rain", "norain"), ("input", "target"))
 _MAX_LISTED = 20
+_PREFIX = re.compile(r"^(no)?rain(y)?[-_]", re.IGNORECASE)
+_JORDER_SUFFIX = re.compile(r"(?<=\d)x2$", re.IGNORECASE)  # rain/X2/norain-12x2.png pairs with norain-12.png
 
 
 class DataError(ValueError):
     """Data on disk that does not fit: missing folders, unmatched files, unreadable images, size mismatches."""
+
+
+def pair_name(path: str | os.PathLike) -> str:
+    """The name that pairs a file with its partner: the stem without ``rain-``/``rainy-``/``norain-`` and
+    JORDER's ``x2``."""
+    return _JORDER_SUFFIX.sub("", _PREFIX.sub("", Path(path).stem))
+
+
+def canonical_name(name: str) -> str:
+    """A pair name as lists compare it: no suffix, no prefix, lower case, no leading zeros."""
+    name = pair_name(name.strip()).lower()
+    return str(int(name)) if name.isdigit() else name
+
+
+def read_name_list(path: str | os.PathLike) -> list[tuple[tuple[str, ...], str]]:
+    """Entries of a pair list: ``FOLDER/NAME`` (or a bare ``NAME``) a line, ``#`` comments.
+
+    Returns:
+        (folder path parts, canonical name) per entry; the parts are empty for a bare name. ``norain-7.png``,
+        ``rain-007``, ``0007.png`` and ``7`` all name pair 7.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"name list {path} does not exist; expected a text file with one pair name a line")
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        text = line.split("#", 1)[0].strip()
+        if text:
+            folder, _, name = text.replace("\\", "/").rpartition("/")
+            entries.append((tuple(p for p in folder.split("/") if p), canonical_name(name)))
+    return entries
 
 
 def expected_layouts() -> str:

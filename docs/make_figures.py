@@ -21,6 +21,7 @@ from skimage import data as skdata
 from derain.inference import load_image, load_model, restore
 from derain.io import write_image_atomic
 from derain.models.attention import AgentAttention
+from derain.models.probes import watch_agents
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = [("astronaut", skdata.astronaut), ("coffee", skdata.coffee), ("chelsea", skdata.chelsea)]
@@ -57,13 +58,11 @@ def results_figure(model: torch.nn.Module, height: int = 240) -> np.ndarray:
 def attention_figure(model: torch.nn.Module, name: str = "astronaut", shown: int = 4) -> np.ndarray:
     """Input, then the ``shown`` agents of the first agent-attention layer whose maps vary most over the image."""
     layer = next(m for m in model.modules() if isinstance(m, AgentAttention))
-    layer.keep_weights = True
     rainy = load_image(ROOT / "datasets" / "examples" / f"{name}-rain.jpg")
-    try:
+    seen = []
+    with watch_agents(layer, lambda _name, weights, size: seen.append((weights, size))):
         restore(model, rainy, tile=0)
-        weights, (h, w) = layer.last_weights
-    finally:
-        layer.keep_weights, layer.last_weights = False, None
+    weights, (h, w) = seen[-1]
     maps = weights[0].mean(0).float().cpu().numpy()  # heads averaged: (H·W, n)
     panels = [label(rainy, "input")]
     spread = maps.std(0) / np.maximum(maps.mean(0), 1e-12)

@@ -1,23 +1,40 @@
-"""Assertions and data locations shared by the test modules (importable: pytest puts tests/ on sys.path)."""
+"""The tiny network, assertions and data locations shared by the test modules (importable: pytest puts tests/ on
+sys.path). ``conftest.py`` makes fixtures of the network and its weights file."""
 
+import json
 from pathlib import Path
 
 import pytest
+import torch
 from torch import Tensor, nn
+
+from derain.models import DerainNet
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 """The development data beside the checkout (``../shared/data``); absent in a user's fresh clone."""
 
 
-TINY_NET = [
-    "--model.net.class_path=derain.models.DerainNet",
-    "--model.net.init_args.dim=8",
-    "--model.net.init_args.blocks=[1, 1]",
-    "--model.net.init_args.heads=[1, 1]",
-    '--model.net.init_args.mixers=[["tksa"], ["agent"]]',
-    "--model.net.init_args.agents=4",
+TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",)), "agents": 4}
+"""The tests' one tiny network: a two-level, 8-channel ``DerainNet`` with both mixers, agent biases and the
+depthwise conv of V, top-k (every op the shipped network has), which runs in milliseconds."""
+
+TINY_NET = ["--model.net.class_path=derain.models.DerainNet"] + [
+    f"--model.net.init_args.{key}={json.dumps(value)}" for key, value in TINY.items()
 ]
-"""``derain.fit`` arguments for a two-level, 8-channel DerainNet: training runs in tests take seconds."""
+"""``TINY`` as ``derain.fit`` arguments: training runs in tests take seconds."""
+
+
+def tiny_net(seed: int = 0) -> DerainNet:
+    """``DerainNet(**TINY)`` in eval mode, its random init seeded (the same weights for the same ``seed``)."""
+    torch.manual_seed(seed)
+    return DerainNet(**TINY).eval()
+
+
+def three_level_net(**options) -> DerainNet:
+    """A three-level ``DerainNet`` with both mixers on the middle level and 9 agents, for the research options;
+    ``options`` override its arguments."""
+    config = dict(dim=8, blocks=(1, 2, 1), heads=(1, 2, 2), mixers=(("agent",), ("tksa", "agent"), ("tksa",)))
+    return DerainNet(**{"agents": 9, **config, **options})
 
 
 def need_shared_data(folder: Path = SHARED_DATA) -> None:

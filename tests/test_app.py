@@ -22,16 +22,14 @@ import pytest
 import torch
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
-from helpers import make_clip
+from helpers import make_clip, tiny_net
 from PIL import Image
 from torch import Tensor, nn
 
 from derain.inference import load_image, restore
-from derain.models import DerainNet
-from derain.video import probe
+from derain.inference.video import probe
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 
 
 def load_app_module() -> ModuleType:
@@ -63,9 +61,7 @@ def app() -> ModuleType:
 @pytest.fixture(scope="module")
 def server(app: ModuleType) -> Iterator[str]:
     torch.manual_seed(0)
-    demo = app.build_app(
-        DerainNet(**TINY).eval(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2, quality="best"
-    )
+    demo = app.build_app(tiny_net(), max_megapixels=0.05, tile=64, overlap=16, ensemble=2, quality="best")
     with launched(demo) as url:
         yield url
 
@@ -106,7 +102,7 @@ def test_auto_quality_picks_best_only_when_it_is_quick_at_one_megapixel(
     app: ModuleType, monkeypatch: pytest.MonkeyPatch, limit: float, default: str
 ) -> None:
     monkeypatch.setattr(app, "BEST_DEFAULT_MAX_S", limit)
-    demo = app.build_app(DerainNet(**TINY).eval())
+    demo = app.build_app(tiny_net())
     radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "quality")
     assert radio.value == default and [v for _, v in radio.choices] == ["fast", "best"]
     assert "Best: flip ensemble of 4" in radio.choices[1][0]
@@ -114,9 +110,9 @@ def test_auto_quality_picks_best_only_when_it_is_quick_at_one_megapixel(
 
 def test_bad_quality_options_are_refused_at_start_up(app: ModuleType) -> None:
     with pytest.raises(ValueError, match="quality should be one of auto, fast, best, got 'good'"):
-        app.build_app(DerainNet(**TINY).eval(), quality="good")
+        app.build_app(tiny_net(), quality="good")
     with pytest.raises(ValueError, match="Best quality's number of passes: 2 or 4, got 1"):
-        app.build_app(DerainNet(**TINY).eval(), ensemble=1)
+        app.build_app(tiny_net(), ensemble=1)
 
 
 def test_video_tab_derains_a_clip_with_its_audio(client: Client, tmp_path: Path) -> None:
@@ -240,7 +236,7 @@ def test_sixteen_clients_at_once_each_get_their_own_photo_derained(app: ModuleTy
         tmp_path / "huge.png",
     ]
     torch.manual_seed(0)
-    net = Counting(DerainNet(**TINY).eval())
+    net = Counting(tiny_net())
     expected = [restore(net.net, rgb) for rgb in photos]
     for a, b in zip(
         expected, expected[1:], strict=False
@@ -270,7 +266,7 @@ def test_a_full_queue_turns_requests_away_with_a_try_again_message(app: ModuleTy
         cv2.imwrite(str(tmp_path / f"photo-{i}.png"), photo(i))
         files.append(tmp_path / f"photo-{i}.png")
     torch.manual_seed(0)
-    net = Counting(DerainNet(**TINY).eval(), delay=1.5)  # slow: the burst arrives while the first one runs
+    net = Counting(tiny_net(), delay=1.5)  # slow: the burst arrives while the first one runs
     with launched(app.build_app(net, max_queue=2)) as url:
         results = burst(url, files)
     served = [r for r in results if not isinstance(r, Exception)]

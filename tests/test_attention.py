@@ -16,6 +16,7 @@ from derain.models import (
     topk_channel_attention,
 )
 from derain.models.attention import adaptive_avg_pool, reference_topk_channel_attention
+from derain.models.probes import watch_agents
 
 RATIOS = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
 
@@ -202,17 +203,21 @@ def test_tksa_ratios_validated():
         TopKSparseAttention(8, 1, ratios=(0.0,))
 
 
-def test_agent_layer_keeps_its_broadcast_weights_for_maps():
+def test_agent_layer_hands_out_its_broadcast_weights_for_maps():
     attn = AgentAttention(8, 2, agents=9).eval()
     x = torch.randn(1, 8, 10, 12)
+    seen = []
     with torch.no_grad():
         y = attn(x)
-        assert attn.last_weights is None
-        attn.keep_weights = True
-        assert torch.equal(attn(x), y)  # keeping the weights does not change the output
-    weights, size = attn.last_weights
-    assert size == (10, 12) and weights.shape == (1, 2, 120, 9)
+        with watch_agents(attn, lambda name, weights, size: seen.append((name, weights, size))) as layers:
+            assert torch.equal(attn(x), y)  # watching does not change the output
+        assert list(layers) == [""] and attn(x) is not None and len(seen) == 1  # the hook is gone
+    name, weights, size = seen[0]
+    assert name == "" and size == (10, 12) and weights.shape == (1, 2, 120, 9)
     assert torch.allclose(weights.sum(-1), torch.ones(1, 2, 120))
+    q, k, v, agents, b1, b2 = attn._tokens(x)
+    _, expected = agent_attention(q, k, v, agents, attn.scale, b1, b2, return_weights=True)
+    torch.testing.assert_close(weights, expected)  # the weights the layer's forward mixes with
 
 
 @pytest.mark.parametrize(("h", "w", "side"), [(7, 7, 7), (13, 29, 7), (5, 3, 2), (40, 24, 3)])

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from derain.models import DerainNet
+from helpers import tiny_net
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--headless",
@@ -36,7 +34,7 @@ pytestmark = [
 def url() -> Iterator[str]:
     app = importlib.import_module("derain.app")
     torch.manual_seed(0)
-    demo = app.build_app(DerainNet(**TINY).eval(), warning=app.UNTRAINED_WARNING)
+    demo = app.build_app(tiny_net(), warning=app.UNTRAINED_WARNING)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_NET
+from helpers import TINY_NET, tiny_net
 from safetensors.torch import load_file
 
-from derain import lit
 from derain.fit import main as fit_main
-from derain.lit import DerainLitModule, charbonnier_loss
 from derain.models import DerainNet
+from derain.train import DerainLitModule, charbonnier_loss, lit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,8 +28,7 @@ needs_compiler = pytest.mark.skipif(
 def small_net() -> DerainNet:
     """``TINY_NET``: both mixers, agent biases and the depthwise conv of V, top-k (every op the shipped network
     has). The fit test below trains the same network on the same batch shape: inductor's cache serves its graph."""
-    torch.manual_seed(0)
-    return DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4)
+    return tiny_net().train()
 
 
 def step_grads(module: torch.nn.Module, params, x, y):
@@ -40,6 +38,7 @@ def step_grads(module: torch.nn.Module, params, x, y):
     return out.detach(), loss.detach(), grads
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_compiled_step_matches_eager_outputs_and_gradients():
     eager = small_net()

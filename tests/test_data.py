@@ -13,19 +13,16 @@ import torch
 from helpers import SHARED_DATA, need_shared_data
 
 from derain.data import (
-    DataError,
     DerainDataModule,
     PairedDataset,
     PairSources,
     Synthesis,
     SyntheticRainDataset,
-    check_pairs,
     content_signature,
     find_overlap,
-    find_pairs,
-    read_name_list,
     seed_worker,
 )
+from derain.pairing import DataError, check_pairs, find_pairs, read_name_list
 from derain.synth import RAIN_STYLES, LayerAugment
 
 RAIN100H_MINI = SHARED_DATA / "rain100h-train-mini"
@@ -195,7 +192,7 @@ def test_paired_augmentation_keeps_streaks_upright_unless_asked(tmp_path: Path, 
 def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tmp_path: Path) -> None:
     names = [f"{i}.png" for i in range(1, 6)]
     make_pairs(tmp_path / "a", names, names)
-    make_pairs(tmp_path / "b", names[:3], names[:3])
+    make_pairs(tmp_path / "b", names[:3], names[:3])  # other backgrounds: none leaves training
     split = dict(val_from=(str(tmp_path / "a"),), val_fraction=0.2)
     dm = DerainDataModule(
         **small_synthetic_data(
@@ -208,10 +205,10 @@ def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tm
     )
     dm.setup("fit")
     synthetic = dm.train_set.datasets[-1]
-    assert len(dm.val_pairs) == 1 and len(synthetic.rain_residuals) == 5 - 1
+    assert len(dm.val_pairs) == 1 and len(synthetic.pair_layers) == 5 - 1
     everyone = DerainDataModule(**small_synthetic_data(tmp_path, tmp_path / "a", tmp_path / "b", **split))
     everyone.setup("fit")
-    assert len(everyone.train_set.datasets[-1].rain_residuals) == 5 - 1 + 3
+    assert len(everyone.train_set.datasets[-1].pair_layers) == 5 - 1 + 3
     make_pairs(tmp_path / "c", names[:1], names[:1])  # pairs, but not training pairs
     other = {"transplant_from": (str(tmp_path / "c"),)}
     with pytest.raises(DataError, match=r"transplant_from .*/c'\]: none of these folders"):
@@ -223,7 +220,7 @@ def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tm
 def test_val_dirs_beside_val_from_validate_on_both(tmp_path: Path) -> None:
     names = [f"{i}.png" for i in range(1, 6)]
     make_pairs(tmp_path / "a", names, names)
-    make_pairs(tmp_path / "v", names[:2], names[:2])
+    make_pairs(tmp_path / "v", names[:2], names[:2])  # other backgrounds than a's
     both = DerainDataModule(
         **small_synthetic_data(
             tmp_path,
@@ -271,9 +268,8 @@ def test_synthetic_items_fixed_for_validation_random_for_training() -> None:
 def test_synthetic_transplant_adds_a_real_rain_layer() -> None:
     clean = [np.full((40, 40, 3), 100, np.uint8)]
     residual = np.full((50, 50, 3), 20, np.uint8)
-    data = SyntheticRainDataset(
-        clean, length=2, patch_size=32, rain_residuals=[residual], transplant_prob=1.0
-    )
+    added = Synthesis(transplant_prob=1.0, composite_beta=0.0)
+    data = SyntheticRainDataset(clean, length=2, patch_size=32, pair_layers=[residual], synthesis=added)
     item = data[0]
     torch.testing.assert_close(
         item["rain"] - item["clean"], torch.full((3, 32, 32), 20 / 255), atol=1e-6, rtol=0
@@ -281,18 +277,18 @@ def test_synthetic_transplant_adds_a_real_rain_layer() -> None:
 
 
 def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() -> None:
-    """Grey streak layers (bright on black) are added to every channel alike; ``streak_share`` splits the
-    transplants between them and the pairs' layers."""
+    """Grey rendered layers (bright streaks on black) are added to every channel alike; ``layer_share`` splits
+    the transplants between them and the pairs' layers."""
     streaks = np.zeros((60, 70, 1), np.uint8)
     streaks[:, ::7] = 90  # vertical streaks, 90 levels
     data = SyntheticRainDataset(
         [np.full((40, 40, 3), 100, np.uint8)],
         length=60,
         patch_size=32,
-        rain_residuals=[np.full((50, 50, 3), 20, np.uint8)],
-        streak_layers=[streaks],
-        streak_share=0.5,
-        transplant_prob=1.0,
+        pair_layers=[np.full((50, 50, 3), 20, np.uint8)],
+        rendered_layers=[streaks],
+        # added (β = 0): the layers' levels come through as they are
+        synthesis=Synthesis(layer_share=0.5, transplant_prob=1.0, composite_beta=0.0),
     )
     kinds = []
     for i in range(60):
@@ -307,6 +303,21 @@ def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() 
     assert 15 <= kinds.count("streaks") <= 45, kinds.count("streaks")
 
 
+def test_synthetic_validation_renders_the_training_rain() -> None:
+    """With synthetic data only, the fixed validation crops get the procedural rain that training renders: the
+    same composite β and styles (they used to get β = 0 and the default styles whatever the config said)."""
+    synthesis = Synthesis(
+        builtin_photos=True, length=4, val_length=2, composite_beta=0.3, procedural_styles=("rain100h",)
+    )
+    dm = DerainDataModule(synthesis=synthesis, patch_size=32, batch_size=2, num_workers=0)
+    dm.setup("fit")
+    train, val = dm.train_set, dm.val_set
+    assert isinstance(val, SyntheticRainDataset) and val.fixed and len(val) == 2
+    for options in (val.synthesis, train.synthesis):
+        assert (options.composite_beta, options.procedural_styles) == (0.3, ("rain100h",))
+    assert val.transplant_prob == 0.0  # procedural rain only
+
+
 def test_layer_dirs_are_read_and_checked(tmp_path: Path) -> None:
     streaks = np.zeros((60, 70), np.uint8)
     streaks[:, ::7] = 90
@@ -318,8 +329,8 @@ def test_layer_dirs_are_read_and_checked(tmp_path: Path) -> None:
     )
     dm = DerainDataModule(**options)
     dm.setup("fit")
-    assert [layer.shape for layer in dm.train_set.streak_layers] == [(60, 70, 1), (60, 70, 3)]
-    assert dm.train_set.streak_share == 0.3 and dm.train_set.transplant_prob == 1.0
+    assert [layer.shape for layer in dm.train_set.rendered_layers] == [(60, 70, 1), (60, 70, 3)]
+    assert dm.train_set.synthesis.layer_share == 0.3 and dm.train_set.transplant_prob == 1.0
     with pytest.raises(DataError, match=r"layer_share must be in \[0, 1\], got 1.5"):
         Synthesis(layer_share=1.5)
     with pytest.raises(DataError, match=r"rain layer folder .*nowhere \(layer_dirs\) does not exist"):
@@ -340,9 +351,8 @@ def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -
         clean,
         length=2,
         patch_size=32,
-        rain_residuals=[residual],
-        transplant_prob=1.0,
-        layer_augment=LayerAugment(mix=mix),
+        pair_layers=[residual],
+        synthesis=Synthesis(transplant_prob=1.0, layer_augment=LayerAugment(mix=mix), composite_beta=0.0),
     )
     item = data[0]
     expected = torch.full((3, 32, 32), layers * 20 / 255)
@@ -352,19 +362,23 @@ def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -
 def test_rain_free_items_are_left_as_they_are() -> None:
     clean = [noise(64, 80, seed=s) for s in range(3)]
     residual = np.full((64, 64, 3), 20, np.uint8)
-    options = dict(length=40, patch_size=32, rain_residuals=[residual], seed=3, fixed=True)
-    plain = SyntheticRainDataset(clean, **options)
+    options = dict(length=40, patch_size=32, pair_layers=[residual], seed=3, fixed=True)
+    plain = SyntheticRainDataset(clean, **options, synthesis=Synthesis(composite_beta=0.0))
     assert all(not torch.equal(plain[i]["rain"], plain[i]["clean"]) for i in range(40))
     # Without rain-free items nothing extra is drawn: the stream is pinned (sums recorded on 2026-12-01, when
     # the crops moved to albumentations; a change here changes every recipe's data).
     assert [int((plain[i]["rain"] * 255).round().sum()) for i in range(4)] == [451651, 452612, 400222, 452966]
-    mixed = SyntheticRainDataset(clean, **options, rain_free_prob=0.5)
+    mixed = SyntheticRainDataset(
+        clean, **options, synthesis=Synthesis(composite_beta=0.0, rain_free_prob=0.5)
+    )
     rain_free = sum(torch.equal(mixed[i]["rain"], mixed[i]["clean"]) for i in range(40))
     assert 8 <= rain_free <= 32
-    every = SyntheticRainDataset(clean, **options, rain_free_prob=1.0)
+    every = SyntheticRainDataset(
+        clean, **options, synthesis=Synthesis(composite_beta=0.0, rain_free_prob=1.0)
+    )
     assert all(torch.equal(every[i]["rain"], every[i]["clean"]) for i in range(40))
     with pytest.raises(ValueError, match=r"rain_free_prob must be in \[0, 1\], got 1.5"):
-        SyntheticRainDataset(clean, **options, rain_free_prob=1.5)
+        Synthesis(rain_free_prob=1.5)  # checked once, where the options are made
 
 
 def test_synthesis_options_reach_the_synthetic_set(tmp_path: Path) -> None:
@@ -375,8 +389,8 @@ def test_synthesis_options_reach_the_synthetic_set(tmp_path: Path) -> None:
         **small_synthetic_data(tmp_path, tmp_path / "a", synthesis=options, val_fraction=0.0)
     )
     dm.setup("fit")
-    assert dm.train_set.datasets[-1].rain_free_prob == 0.1
-    assert dm.train_set.datasets[-1].layer_augment == augment
+    assert dm.train_set.datasets[-1].synthesis.rain_free_prob == 0.1
+    assert dm.train_set.datasets[-1].synthesis.layer_augment == augment
 
 
 @pytest.mark.parametrize(
@@ -543,7 +557,7 @@ def test_root_train_test_split_overlap_exclusion_and_transplant(tmp_path: Path) 
     # Transplant (added, composite_beta 0): the synthetic samples carry the training pairs' rain layers (+40
     # everywhere, on a photo no brighter than 127), so rainy - clean is 40 grey levels at every pixel.
     synthetic = dm.train_set.datasets[-1]
-    assert len(synthetic.rain_residuals) == 5 and all((r == 40).all() for r in synthetic.rain_residuals)
+    assert len(synthetic.pair_layers) == 5 and all((r == 40).all() for r in synthetic.pair_layers)
     for i in range(5):
         item = synthetic[i]
         torch.testing.assert_close(
@@ -641,8 +655,8 @@ def test_procedural_styles_pick_the_rain_and_are_checked(tmp_path: Path) -> None
     photo = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
 
     def items(styles):
-        extra = {} if styles is None else {"styles": styles}
-        data = SyntheticRainDataset([photo], length=4, patch_size=48, seed=3, fixed=True, **extra)
+        synthesis = Synthesis() if styles is None else Synthesis(procedural_styles=styles)
+        data = SyntheticRainDataset([photo], length=4, patch_size=48, seed=3, fixed=True, synthesis=synthesis)
         return torch.stack([data[i]["rain"] for i in range(4)])
 
     default, fitted = items(None), items(["rain100h"])
@@ -651,7 +665,7 @@ def test_procedural_styles_pick_the_rain_and_are_checked(tmp_path: Path) -> None
     options = small_synthetic_data(tmp_path, synthesis={"procedural_styles": ("rain100h",)})
     dm = DerainDataModule(**options)
     dm.setup("fit")
-    assert dm.train_set.styles == ("rain100h",)
+    assert dm.train_set.synthesis.procedural_styles == ("rain100h",)
     options = small_synthetic_data(
         tmp_path, synthesis={"render_on_device": True, "procedural_styles": ("heavy",)}
     )
@@ -721,10 +735,10 @@ def test_transplant_shares_give_each_donor_folder_its_share(tmp_path: Path) -> N
     )
     dm.setup("fit")
     synthetic = dm.train_set.datasets[-1]
-    np.testing.assert_allclose(synthetic.residual_weights, [0.375] * 2 + [0.25 / 6] * 6)
+    np.testing.assert_allclose(synthetic.pair_layer_weights, [0.375] * 2 + [0.25 / 6] * 6)
     # the draws follow the weights: heavy layers three times in four
     rng = np.random.default_rng(0)
-    picks = [rng.choice(len(synthetic.rain_residuals), p=synthetic.residual_weights) for _ in range(4000)]
+    picks = [rng.choice(len(synthetic.pair_layers), p=synthetic.pair_layer_weights) for _ in range(4000)]
     assert abs(np.mean(np.asarray(picks) < 2) - 0.75) < 0.03
     assert synthetic[0]["rain"].shape == (3, 16, 16)
 

@@ -10,15 +10,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-import torch
 
 from derain.evaluate import main, pair_files, score_pair, spread
-from derain.export import save_net
 from derain.inference import load_model, restore
 from derain.io import read_rgb
-from derain.models import DerainNet
-
-TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 
 # Flat gray clean images at level 100, predictions at level 110 (every channel +10):
 #   RGB:  MSE = 10² = 100                      -> PSNR = 10·log10(255² / 100) = 28.1308 dB
@@ -112,12 +107,6 @@ def test_table_output_and_missing_files(
     assert lines[-3] == "4 image(s)"
     assert lines[-2].startswith("psnr_y: min ") and "95% bootstrap interval of the mean [" in lines[-2]
     assert lines[-1].startswith("ssim_y: min ")
-
-
-@pytest.fixture
-def tiny_weights(tmp_path: Path) -> Path:
-    torch.manual_seed(0)
-    return save_net(DerainNet(**TINY), tmp_path / "tiny.safetensors")
 
 
 def test_rain_mode_runs_the_model_and_reports_input_psnr(

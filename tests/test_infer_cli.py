@@ -10,21 +10,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-import torch
 
-from derain.export import save_net
 from derain.infer import main, parse_shard
 from derain.inference import load_image, load_model, restore
-from derain.models import DerainNet
 
-TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    return save_net(DerainNet(**TINY), tmp_path_factory.mktemp("weights") / "tiny.safetensors")
 
 
 def write(path: Path, image: np.ndarray) -> None:

@@ -17,7 +17,6 @@ from PIL import ExifTags, Image, ImageOps
 from safetensors.torch import save_file
 from torch import nn
 
-from derain.export import save_net
 from derain.inference import (
     WEIGHTS_FORMAT,
     WeightsError,
@@ -31,23 +30,10 @@ from derain.inference import (
 from derain.io import ImageReadError, image_size, read_rgb, to_rgb8
 from derain.models import DerainNet, network_record
 
-TINY = {"dim": 8, "blocks": (1, 1), "heads": (1, 1), "mixers": (("tksa",), ("agent",))}
-
 # Measured with the tiny random-init network on a blurred-noise 256×384 image, tiles of 128 with 32 overlap:
 # max 4-5 levels, mean 0.6-0.9 over seeds 0-2. The bound leaves headroom for other seeds and platforms.
 TILED_MAX_ABS_DIFF = 10
 TILED_MEAN_ABS_DIFF = 1.5
-
-
-@pytest.fixture(scope="module")
-def tiny_net() -> DerainNet:
-    torch.manual_seed(0)
-    return DerainNet(**TINY).eval()
-
-
-@pytest.fixture(scope="module")
-def tiny_weights(tiny_net: DerainNet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_net(tiny_net, tmp_path_factory.mktemp("weights") / "tiny.safetensors")
 
 
 def smooth_image(h: int, w: int, seed: int = 0) -> np.ndarray:
@@ -115,9 +101,9 @@ def test_load_model_wrong_metadata_or_shapes(tiny_net: DerainNet, tmp_path: Path
 
 
 def test_load_model_without_packaged_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import derain.inference as inference
+    import derain.weights
 
-    monkeypatch.setattr(inference, "PACKAGED_WEIGHTS", "not-shipped.safetensors")
+    monkeypatch.setattr(derain.weights, "PACKAGED_WEIGHTS", "not-shipped.safetensors")
     with pytest.raises(WeightsNotFoundError, match=r"no trained weights ship .* --weights FILE"):
         load_model()
 
@@ -293,7 +279,7 @@ def test_large_images_are_tiled_automatically(monkeypatch: pytest.MonkeyPatch) -
     out = restore(Spy(), image, max_pixels_untiled=300 * 200 - 1)
     assert out.shape == image.shape and len(seen) == 1 and seen[0] == (1, 3, 300, 200)  # fits one 512 tile
     seen.clear()
-    monkeypatch.setattr("derain.inference.DEFAULT_TILE", 128)
+    monkeypatch.setattr("derain.inference.image.DEFAULT_TILE", 128)
     restore(Spy(), image, max_pixels_untiled=1000)
     assert len(seen) > 1 and all(s[-2:] == (128, 128) for s in seen)
 

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from helpers import TINY_NET
 
+pytestmark = pytest.mark.slow  # a wheel is built, then it trains and serves the page
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -147,3 +149,26 @@ def test_the_web_page_with_its_example_photos(installed, tmp_path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_wheel_declares_the_derain_command_and_the_extras(installed, tmp_path) -> None:
+    """``derain`` is a console script; onnx, onnxscript, onnxruntime and av are the extras ``onnx`` and ``video``
+    (``dev`` pulls both), not dependencies of a plain install."""
+    site, env = installed
+    (info,) = site.glob("derain-*.dist-info")
+    assert "derain = derain.cli:main" in (info / "entry_points.txt").read_text()
+    metadata = (info / "METADATA").read_text().splitlines()
+    requires = [
+        line.removeprefix("Requires-Dist: ") for line in metadata if line.startswith("Requires-Dist: ")
+    ]
+    plain = {
+        r.split(";")[0].split(">")[0].split("=")[0].split("[")[0].strip()
+        for r in requires
+        if "extra ==" not in r
+    }
+    assert plain and not plain & {"onnx", "onnxscript", "onnxruntime", "av"}
+    assert {"Provides-Extra: onnx", "Provides-Extra: video", "Provides-Extra: dev"} <= set(metadata)
+    assert any(r.startswith("av") and 'extra == "video"' in r for r in requires)
+    assert any(r.startswith("onnxruntime") and 'extra == "onnx"' in r for r in requires)
+    proc = run(["-m", "derain", "infer", "--help"], tmp_path, env)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: derain infer"), proc.stderr[-2000:]

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from derain.export import FORMAT, export_checkpoint, save_net
 from derain.inference import WeightsError, load_model
 from derain.models import DerainNet, Recorded, build_network, network_record
+from derain.weights import FORMAT, export_checkpoint, save_net
 
 NON_DEFAULT = {
     "dim": 8,
@@ -97,7 +98,7 @@ def test_loading_builds_the_class_the_record_names(tmp_path: Path) -> None:
 def test_version_1_files_still_load(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
-    net = _randomise(DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",))))
+    net = _randomise(DerainNet(**TINY))
     state = {k: v.contiguous() for k, v in net.state_dict().items()}
     save_file(
         state,

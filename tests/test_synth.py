@@ -11,6 +11,8 @@ import torch
 
 from derain import synth
 from derain.metrics import rgb_to_y_matlab
+from derain.synth import photos as synth_photos
+from derain.synth.transplant import _window_matrix
 
 
 def psnr_y(a: np.ndarray, b: np.ndarray) -> float:
@@ -47,15 +49,15 @@ def test_builtin_clean_images_do_not_depend_on_gradio(monkeypatch: pytest.Monkey
         skdata.rocket(),
         skdata.stereo_motorcycle()[0],
     ]
-    synth._builtin_clean_images.cache_clear()
+    synth_photos._builtin_clean_images.cache_clear()
     try:
         with_gradio = synth.builtin_clean_images()
-        synth._builtin_clean_images.cache_clear()
+        synth_photos._builtin_clean_images.cache_clear()
         monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` fails, find_spec("gradio") is None
         assert importlib.util.find_spec("gradio") is None
         without_gradio = synth.builtin_clean_images()
     finally:
-        synth._builtin_clean_images.cache_clear()
+        synth_photos._builtin_clean_images.cache_clear()
     for images in (with_gradio, without_gradio):
         assert len(images) == len(expected)
         for got, want in zip(images, expected, strict=True):
@@ -116,7 +118,7 @@ def test_residual_is_clipped_difference() -> None:
 def test_transplant_adds_the_residual_exactly_where_not_clipped() -> None:
     rng = np.random.default_rng(0)
     clean = rng.random((40, 60, 3), dtype=np.float32)
-    out = synth.transplant(clean, np.full((50, 70, 3), 0.3, np.float32), rng)
+    out = synth.transplant(clean, np.full((50, 70, 3), 0.3, np.float32), rng, beta=0.0)  # added
     room = clean <= 0.7 - 1e-6
     np.testing.assert_allclose(out[room], clean[room] + 0.3, atol=1e-6)
     np.testing.assert_array_equal(out[~room], 1.0)
@@ -168,14 +170,18 @@ def test_layer_gain_scales_the_added_rain() -> None:
     clean = np.full((16, 16, 3), 0.2, np.float32)
     layer = np.full((40, 40, 3), 0.2, np.float32)
     out = synth.transplant(
-        clean, layer, np.random.default_rng(0), augment=synth.LayerAugment(gain=(1.5, 1.5))
+        clean, layer, np.random.default_rng(0), augment=synth.LayerAugment(gain=(1.5, 1.5)), beta=0.0
     )
     np.testing.assert_allclose(out, 0.5, atol=1e-6)
     added = [
         float(
             (
                 synth.transplant(
-                    clean, layer, np.random.default_rng(s), augment=synth.LayerAugment(gain=(0.5, 2.0))
+                    clean,
+                    layer,
+                    np.random.default_rng(s),
+                    augment=synth.LayerAugment(gain=(0.5, 2.0)),
+                    beta=0.0,
                 )
                 - clean
             ).mean()
@@ -226,7 +232,7 @@ def test_turned_and_resized_window_stays_inside_the_layer() -> None:
     for _ in range(2000):
         lh, lw, h, w = (int(v) for v in rng.integers(2, 400, 4))
         angle, lo = float(rng.uniform(0, 89)), float(rng.uniform(0.5, 2.0))
-        matrix = synth._window_matrix((lh, lw), h, w, rng, (lo, lo * 1.5), angle)
+        matrix = _window_matrix((lh, lw), h, w, rng, (lo, lo * 1.5), angle)
         corners = np.array([[0, 0, 1], [w - 1, 0, 1], [0, h - 1, 1], [w - 1, h - 1, 1]], np.float64)
         x, y = (corners @ matrix.T).T
         eps = 1e-6
@@ -249,7 +255,7 @@ def test_transplant_layers_adds_two_layers_with_mix_and_keeps_the_stream_without
     clean = np.full((16, 16, 3), 0.1, np.float32)
     layers = [np.full((30, 30, 3), 0.2, np.float32)]
     two = synth.transplant_layers(
-        clean, layers, np.random.default_rng(0), augment=synth.LayerAugment(mix=1.0)
+        clean, layers, np.random.default_rng(0), augment=synth.LayerAugment(mix=1.0), beta=0.0
     )
     np.testing.assert_allclose(two, 0.5, atol=1e-6)
     noisy = [np.random.default_rng(s).random((30, 40, 3), dtype=np.float32) * 0.3 for s in range(3)]
@@ -339,3 +345,33 @@ def test_a_list_of_style_names_picks_one_like_any() -> None:
     assert not np.array_equal(drawn, synth.add_rain(clean, np.random.default_rng(5), ["rain100h"]))
     with pytest.raises(ValueError, match="unknown rain style 'drizzle'"):
         synth.add_rain(clean, np.random.default_rng(0), ["heavy", "drizzle", "drizzle", "drizzle"] * 8)
+
+
+def test_the_composite_beta_has_one_default_wherever_it_is_taken() -> None:
+    """Every function, class and option of derain that takes the composite's β (``beta``, ``composite_beta``)
+    defaults it to ``COMPOSITE_BETA`` or requires it: one quantity, one default (it was 0 in five signatures)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import derain
+
+    defaults = {}
+    for info in pkgutil.walk_packages(derain.__path__, "derain."):
+        if info.name.endswith("__main__"):  # the derain command: importing it runs it
+            continue
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if getattr(obj, "__module__", None) != module.__name__ or not callable(obj):
+                continue
+            try:
+                parameters = inspect.signature(obj).parameters
+            except (TypeError, ValueError):
+                continue
+            for name in ("beta", "composite_beta"):
+                if name in parameters and parameters[name].default is not inspect.Parameter.empty:
+                    defaults[f"{obj.__module__}.{obj.__qualname__}({name})"] = parameters[name].default
+    assert len(defaults) >= 7, sorted(
+        defaults
+    )  # composite, recover_layer, add_rain, transplant(_layers), ...
+    assert {k: v for k, v in defaults.items() if v != synth.COMPOSITE_BETA} == {}

@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import TINY_NET
+from helpers import TINY, TINY_NET
 from safetensors import safe_open
 
-from derain.export import export_checkpoint, read_checkpoint_net, save_net
 from derain.fit import main as fit_main
 from derain.inference import WeightsError, load_model
 from derain.io import read_rgb, to_tensor
-from derain.lit import DerainLitModule, NonFiniteLossError, WarmupCosine, charbonnier_loss
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet, network_record
+from derain.train import DerainLitModule, NonFiniteLossError, WarmupCosine, charbonnier_loss
+from derain.weights import export_checkpoint, read_checkpoint_net, save_net
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = [
@@ -74,15 +74,17 @@ def test_fast_dev_run_on_the_synthetic_default(tmp_path):
     assert fit_main(args) == 0
 
 
+@pytest.mark.slow
 def test_training_learns_resumes_and_exports(tmp_path, capsys):
     data = make_folder(tmp_path / "pairs")
+    val = make_folder(tmp_path / "val", seed=1)  # other backgrounds: training pairs showing them would leave
     run = tmp_path / "run"
     common = [
         *TINY_NET,
         *QUIET,
         f"--trainer.default_root_dir={run}",
         f"--data.pairs.train_dirs=[{data}]",
-        f"--data.pairs.val_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{val}]",
         "--data.patch_size=32",
         "--data.batch_size=4",
         "--data.num_workers=0",
@@ -126,6 +128,7 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     assert psnr(pred, clean) > psnr(rain, clean) + 1.0, (psnr(pred, clean), psnr(rain, clean))
 
 
+@pytest.mark.slow
 def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
     proc = subprocess.run(
@@ -202,13 +205,13 @@ def test_init_weights_starts_from_a_weights_file(tmp_path):
 
 
 def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_path):
-    import derain.inference
+    import derain.weights
 
     torch.manual_seed(3)
     shipped = save_net(
         DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("agent",),)), tmp_path / "s.safetensors"
     )
-    monkeypatch.setattr(derain.inference, "packaged_weights", lambda: shipped)
+    monkeypatch.setattr(derain.weights, "packaged_weights", lambda: shipped)
     module = DerainLitModule(
         DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("agent",),)), init_weights="packaged"
     )
@@ -219,7 +222,7 @@ def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_pat
 def test_fine_tune_resumes_without_its_init_weights_file(tmp_path, capsys):
     data = make_folder(tmp_path / "pairs")
     torch.manual_seed(5)
-    tiny = DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4)
+    tiny = DerainNet(**TINY)
     source = save_net(tiny, tmp_path / "start.safetensors")
     run = tmp_path / "run"
     common = [
@@ -332,6 +335,7 @@ def test_export_errors_name_the_file(tmp_path):
         read_checkpoint_net(other)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ddp_on_two_cpu_processes(tmp_path):
     data = make_folder(tmp_path / "pairs")
@@ -344,7 +348,7 @@ def test_ddp_on_two_cpu_processes(tmp_path):
         *QUIET,
         f"--trainer.default_root_dir={run}",
         f"--data.pairs.train_dirs=[{data}]",
-        f"--data.pairs.val_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{make_folder(tmp_path / 'val', seed=1)}]",
         "--data.patch_size=32",
         "--data.batch_size=2",
         "--data.num_workers=0",
@@ -362,6 +366,7 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     assert (run / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_last_and_the_same_command_resumes(tmp_path, monkeypatch, capsys):
     data = make_folder(tmp_path / "pairs")
     run = tmp_path / "run"
@@ -536,6 +541,7 @@ def test_the_schedule_keeps_the_warm_up_and_cosine_formula():
             scheduler.step()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_learning_rate_schedule_it_started(tmp_path, monkeypatch, caplog):
     data = make_folder(tmp_path / "pairs")
     common = [

@@ -1,26 +1,28 @@
-"""Videos: ``derain.video.derain_video`` and ``python -m derain.infer`` on clips (order, size, rate, audio,
+"""Videos: ``derain.inference.video.derain_video`` and ``python -m derain.infer`` on clips (order, size, rate, audio,
 atomic output, broken files)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import torch
-from helpers import make_clip, read_frames
+from helpers import make_clip, read_frames, tiny_net
 
 from derain.infer import main
 from derain.inference import restore
+from derain.inference.video import VideoError, derain_video, probe, video_output_suffix
 from derain.models import DerainNet
-from derain.video import VideoError, derain_video, probe, video_output_suffix
+
+av = pytest.importorskip(
+    "av", reason="PyAV is derain[video]'s (tests/test_extras.py covers an install without it)"
+)
 
 
 @pytest.fixture(scope="module")
 def net() -> DerainNet:
-    torch.manual_seed(0)
-    return DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4).eval()
+    return tiny_net()
 
 
 class Invert(torch.nn.Module):
@@ -90,7 +92,7 @@ def test_bad_inputs_are_named(tmp_path: Path, net: DerainNet) -> None:
 def test_infer_folder_with_videos_photos_and_a_broken_clip(
     tmp_path: Path, net: DerainNet, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr("derain.infer.load_model", lambda *a, **k: net)
+    monkeypatch.setattr("derain.arguments.load_model", lambda *a, **k: net)
     src = tmp_path / "in"
     src.mkdir()
     make_clip(src / "a.mp4", frames=4)
@@ -112,7 +114,7 @@ def test_infer_folder_with_videos_photos_and_a_broken_clip(
 def test_infer_one_video_to_a_named_file(
     tmp_path: Path, net: DerainNet, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr("derain.infer.load_model", lambda *a, **k: net)
+    monkeypatch.setattr("derain.arguments.load_model", lambda *a, **k: net)
     src = make_clip(tmp_path / "clip.mp4", frames=3)
     assert main([str(src), str(tmp_path / "derained.mp4"), "--device", "cpu"]) == 0
     assert probe(tmp_path / "derained.mp4").frames == 3

@@ -299,10 +299,9 @@ class AgentAttention(nn.Module):
     feature map, so any H×W works. A 3×3 depthwise conv of V (DWC) restores local detail; a 1×1 conv projects
     the output.
 
-    Collapse monitoring: while ``record_entropy`` is True, each forward stores in ``last_entropy`` the mean
-    entropy of the broadcast weights ``softmax(Q·Aᵀ·s + B2)`` over the n agents, divided by ``log n`` (1.0:
-    uniform, every pixel reads all agents alike). Off by default; the fast path is then unchanged. Likewise
-    ``keep_weights`` stores the broadcast weights themselves in ``last_weights`` (for attention maps).
+    What each pixel reads from the agents, the broadcast weights ``softmax(Q·Aᵀ·s + B2)``, is
+    :meth:`broadcast_weights` of the layer's input; ``derain.models.probes.watch_agents`` hands them out from a
+    forward hook (collapse monitoring, attention maps), so ``forward`` itself always takes the fast path.
 
     Args:
         dim: channels C.
@@ -357,10 +356,6 @@ class AgentAttention(nn.Module):
         self.dwc = nn.Conv2d(dim, dim, 3, padding=1, groups=dim) if dwc else None
         self.proj = nn.Conv2d(dim, dim, 1, bias=bias)
         self._bias_cache: tuple | None = None
-        self.record_entropy = False
-        self.last_entropy: Tensor | None = None
-        self.keep_weights = False
-        self.last_weights: tuple[Tensor, tuple[int, int]] | None = None
 
     def biases(self, h: int, w: int) -> tuple[Tensor, Tensor] | tuple[None, None]:
         """B1 of shape (1, heads, n, H·W) and B2 of shape (1, heads, H·W, n), resized to an H×W map.
@@ -385,7 +380,8 @@ class AgentAttention(nn.Module):
         b2 = F.interpolate(self.bcast_bias, size=(h, w), mode="bilinear", align_corners=False)
         return rearrange(b1, "head n h w -> 1 head n (h w)"), rearrange(b2, "head n h w -> 1 head (h w) n")
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _tokens(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Q, K, V ``(B, heads, H·W, d)``, the agents ``(B or 1, heads, n, d)`` and the biases B1, B2 of ``x``."""
         h, w = x.shape[-2:]
         q, k, v = self.qkv(x).chunk(3, dim=1)
         if self.agent_tokens is None:
@@ -398,14 +394,22 @@ class AgentAttention(nn.Module):
         b1, b2 = self.biases(h, w)
         if b1 is not None and b2 is not None:
             b1, b2 = b1.to(q.dtype), b2.to(q.dtype)
-        if self.record_entropy or self.keep_weights:
-            out, weights = agent_attention(q, k, v, agents, self.scale, b1, b2, return_weights=True)
-            if self.record_entropy:
-                self.last_entropy = normalized_entropy(weights.detach()).float()
-            if self.keep_weights:  # for attention maps: (B, heads, H·W, n), plus the map size
-                self.last_weights = (weights.detach(), (h, w))
-        else:
-            out = agent_attention(q, k, v, agents, self.scale, b1, b2)
+        return q, k, v, agents, b1, b2
+
+    def broadcast_weights(self, x: Tensor) -> Tensor:
+        """What each pixel of ``x`` reads from the agents: ``softmax(Q·Aᵀ·s + B2)``, at least float32.
+
+        Shape:
+            - x: :math:`(B, C, H, W)`
+            - output: :math:`(B, heads, H·W, n)`, rows summing to 1
+        """
+        q, _, _, agents, _, b2 = self._tokens(x)
+        return _broadcast_weights(q, agents * self.scale, b2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h, w = x.shape[-2:]
+        q, k, v, agents, b1, b2 = self._tokens(x)
+        out = agent_attention(q, k, v, agents, self.scale, b1, b2)
         out = rearrange(out, "b head (h w) d -> b (head d) h w", h=h, w=w)
         if self.dwc is not None:
             out = out + self.dwc(rearrange(v, "b head (h w) d -> b (head d) h w", h=h, w=w))

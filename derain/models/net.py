@@ -235,7 +235,7 @@ class DerainNet(Recorded, nn.Module):
         inp = x
         if torch.compiler.is_exporting():
             # A traced graph (ONNX) serves every size: it always pads, by reflection (a no-op pad when the
-            # size is already a multiple); derain.onnx.OnnxNet replicates sides too short to reflect first.
+            # size is already a multiple); derain.inference.onnx.OnnxNet replicates sides too short to reflect first.
             inp = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
         elif pad_h or pad_w:
             mode = "reflect" if pad_h < h and pad_w < w else "replicate"

@@ -1,38 +1,23 @@
-"""Research options of DerainNet (agent source/count/bias/DWC, ratio weighting, checkpointing, bf16) and the
-attention monitor: each option does what it says, and the default network is exactly what it was."""
+"""The research options of DerainNet (agent source/count/bias/DWC, ratio weighting, checkpointing, bf16): each
+does what it says, and the default network is exactly what it was."""
 
 import hashlib
 
-import lightning as L
 import pytest
 import torch
-from helpers import grads_finite
+from helpers import grads_finite, three_level_net
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.data import DataLoader
 
-from derain.lit import DerainLitModule
 from derain.models import AgentAttention, DerainNet, TopKSparseAttention
-from derain.models.attention import agent_attention, normalized_entropy
-from derain.monitor import AttentionMonitor, agent_layers, ratio_weight_logs, set_entropy_recording
+from derain.models.attention import agent_attention
 
 # sha256 of the sorted "name:shape" lines of DerainNet().state_dict(), captured before the research options
 # were added (162 tensors). Trained weights of the default network must keep loading.
 DEFAULT_STATE_DICT_SHA256 = "a40ce12232559821ed8f8a725cd52295f5b6e4b3fd1ae5e34983d08b5765f72b"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and far faster on a CPU shared with other work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def tiny(**kw):
-    cfg = dict(dim=8, blocks=(1, 2, 1), heads=(1, 2, 2), mixers=(("agent",), ("tksa", "agent"), ("tksa",)))
-    cfg.update(kw)
-    return DerainNet(**{"agents": 9, **cfg})
+pytestmark = pytest.mark.usefixtures("one_thread")
+tiny = three_level_net
 
 
 def test_default_network_state_dict_is_unchanged():
@@ -202,76 +187,3 @@ def test_bf16_autocast_keeps_topk_and_softmax_in_float32_and_stays_close():
     # matmuls run in it). Bound: max 0.03, mean 1/255 (one 8-bit level).
     assert err.max() < 0.03, err.max()
     assert err.mean() < 1 / 255, err.mean()
-
-
-def test_normalized_entropy_bounds():
-    assert torch.allclose(normalized_entropy(torch.full((3, 5, 7), 1 / 7)), torch.tensor(1.0))
-    assert normalized_entropy(torch.eye(6)) == 0
-    p = torch.randn(4, 10, 9).softmax(-1)
-    assert 0 <= normalized_entropy(p) <= 1
-
-
-def test_agent_entropy_is_one_when_agent_logits_are_equal():
-    attn = AgentAttention(16, 2, agents=9, agent_bias=False)
-    assert attn.last_entropy is None
-    with torch.no_grad():
-        attn.qkv.weight[:16].zero_()  # Q = 0 -> pooled agents = 0 -> all broadcast logits equal
-        attn(torch.randn(1, 16, 12, 12))
-        assert attn.last_entropy is None  # not recording: the fast path
-        attn.record_entropy = True
-        attn(torch.randn(1, 16, 12, 12))
-    assert torch.allclose(attn.last_entropy, torch.tensor(1.0))
-    net = tiny()
-    set_entropy_recording(net, True)
-    with torch.no_grad():
-        net(torch.rand(1, 3, 32, 32))
-    values = [float(m.last_entropy) for m in agent_layers(net).values()]
-    assert len(values) == 4 and all(0.0 <= v <= 1.0 for v in values)
-    set_entropy_recording(net, False)
-    assert all(m.last_entropy is None and not m.record_entropy for m in agent_layers(net).values())
-
-
-def test_monitor_warns_after_patience_collapsed_validations():
-    monitor = AttentionMonitor(threshold=0.95, patience=3)
-    assert monitor.update({"a": 0.99, "b": 0.5}) == []
-    assert monitor.update({"a": 0.97, "b": 0.99}) == []
-    with pytest.warns(UserWarning, match="agent attention a looks collapsed"):
-        assert monitor.update({"a": 0.96, "b": 0.99}) == ["a"]
-    assert monitor.update({"a": 0.99, "b": 0.2}) == []  # warned once, b's streak reset
-    assert monitor.streaks == {"a": 4, "b": 0}
-
-
-def test_ratio_weight_logs_use_the_weights_as_applied():
-    net = tiny(ratio_weighting="softmax")
-    logs = ratio_weight_logs(net)
-    assert set(logs) == {
-        f"attn/tksa_ratio_weights/{layer}/{r}"
-        for layer in ("encoders.1.0.attn", "decoders.1.0.attn", "bottleneck.0.attn")
-        for r in ("0.5", "0.667", "0.75", "0.8")
-    }
-    assert all(v == pytest.approx(0.25) for v in logs.values())
-
-
-@pytest.mark.parametrize("ema_decay", [0.0, 0.9])  # with a moving average, validation runs (and logs) that
-def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path, ema_decay):
-    torch.manual_seed(0)
-    batch = {"rain": torch.rand(3, 24, 24), "clean": torch.rand(3, 24, 24), "name": "x"}
-    loader = DataLoader([batch, batch], batch_size=2)
-    model = DerainLitModule(tiny(), sample_images=0, warmup_steps=1, ema_decay=ema_decay)
-    monitor = AttentionMonitor()
-    trainer = L.Trainer(
-        fast_dev_run=1,
-        callbacks=[monitor],
-        default_root_dir=tmp_path,
-        accelerator="cpu",
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(model, loader, loader)
-    keys = set(trainer.callback_metrics)
-    entropy_keys = {k for k in keys if k.startswith("attn/agent_entropy/")}
-    assert entropy_keys == {f"attn/agent_entropy/{name}" for name in agent_layers(model)}
-    assert all(0.0 <= float(trainer.callback_metrics[k]) <= 1.0 for k in entropy_keys)
-    assert "attn/tksa_ratio_weights/bottleneck.0.attn/0.5" in keys
-    assert not any(m.record_entropy for m in agent_layers(model).values())  # off again after validation
-    assert monitor.streaks == {}  # validations before min_step (1000) do not count towards a warning

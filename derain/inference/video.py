@@ -5,11 +5,12 @@ leaves no half-written video under the final name (``derain.infer`` then redoes 
 size and rate. Each frame is derained on its own, with no temporal smoothing: ``benchmarks/video.py``
 measured an average over frames, which lowers flicker on fixed cameras but leaves ghosts on moving content
 (README "Video"). The audio stream is copied unchanged when the output container can hold its codec;
-otherwise it is dropped and the result says so.
+otherwise it is dropped and the result says so. PyAV comes with ``derain[video]``; without it this module
+imports (its names, ``VIDEO_SUFFIXES``, ...) and reading or writing a video says which extra to install.
 
 Example:
     >>> from derain import load_model
-    >>> from derain.video import derain_video
+    >>> from derain.inference.video import derain_video
     >>> derain_video(load_model(), "clip.mp4", "clip-derained.mp4")     # doctest: +SKIP
 """
 
@@ -20,13 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
 from torch import nn
 
-from .inference import restore
-from .io import atomic_output
+from derain.extras import available, missing, require
+from derain.io import atomic_output
+
+from .image import restore
+
+if TYPE_CHECKING:
+    import av
 
 __all__ = [
     "VIDEO_SUFFIXES",
@@ -36,6 +42,7 @@ __all__ = [
     "derain_video",
     "probe",
     "video_output_suffix",
+    "video_support",
 ]
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv", ".avi", ".webm")
@@ -89,7 +96,21 @@ def video_output_suffix(path: str | os.PathLike) -> str:
     return suffix if suffix in _H264_CONTAINERS else ".mp4"
 
 
+_WHAT = "reading and writing videos"
+
+
+def _av():
+    """PyAV, or the one line that names ``derain[video]``."""
+    return require("av", _WHAT)
+
+
+def video_support() -> str | None:
+    """``None`` when videos can be read and written here, else the one line that names ``derain[video]``."""
+    return None if available("av") else missing("av", _WHAT)
+
+
 def _open(path: Path) -> av.container.InputContainer:
+    av = _av()
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError, UnicodeDecodeError) as err:
@@ -108,6 +129,7 @@ def _rate(stream: av.video.stream.VideoStream) -> Fraction:
 def probe(path: str | os.PathLike) -> VideoInfo:
     """Frame count, rate, size, length and audio codec of a video, from its headers (nothing decoded)."""
     path = Path(path)
+    av = _av()
     with _open(path) as container:
         stream = container.streams.video[0]
         rate = _rate(stream)
@@ -187,6 +209,7 @@ def _transcode(
     max_frames: int | None,
     on_frame: Callable[[int], None] | None,
 ) -> VideoResult:
+    av = _av()
     with _open(src) as inp:
         vin = inp.streams.video[0]
         vin.thread_type = "AUTO"

@@ -1,4 +1,4 @@
-"""Load trained weights and derain images of any size: one ``restore()`` for CLI, evaluator and app.
+"""Derain images of any size: one ``restore()`` for the batch command, the evaluator and the web page.
 
 ``restore`` owns everything between an image array and the network: dtype scaling (8/16 bit), grayscale and
 alpha, device and dtype of the model, tiling with smooth blending for large images, and the final clamp.
@@ -12,197 +12,30 @@ Example:
 
 from __future__ import annotations
 
-import argparse
-import itertools
-import json
-import os
 from collections.abc import Callable
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from .export import FORMAT, legacy_record, read_checkpoint_net
-from .io import read_image
-from .models import build_network
+from derain.io import read_image
 
 __all__ = [
-    "BACKENDS",
-    "DEFAULT_BACKEND",
     "DEFAULT_TILE",
-    "add_backend_argument",
     "ENSEMBLE_FLIPS",
-    "add_ensemble_argument",
-    "ensemble_flips",
     "MAX_PIXELS_UNTILED",
-    "PACKAGED_WEIGHTS",
-    "WEIGHTS_FORMAT",
-    "WeightsError",
-    "WeightsNotFoundError",
-    "default_device",
+    "blend_window",
+    "ensemble_flips",
     "load_image",
-    "load_model",
-    "packaged_weights",
     "restore",
     "tile_starts",
-    "blend_window",
 ]
-
-BACKENDS = ("torch", "onnxruntime")
-"""What ``load_model(backend=...)`` and ``--backend`` accept."""
-
-DEFAULT_BACKEND = "torch"
-"""The command lines' default ``--backend`` (README "Speed": torch eager against onnxruntime)."""
-
-WEIGHTS_FORMAT = FORMAT
-"""The ``format`` entry of a weights file's safetensors metadata (``derain-net-v2``)."""
-
-PACKAGED_WEIGHTS = "derain-small.safetensors"
-"""File name of the weights that ship inside the package, under ``derain/weights/``."""
 
 DEFAULT_TILE = 512
 """Tile size that ``restore`` uses when it decides to tile by itself."""
 
 MAX_PIXELS_UNTILED = 1024 * 1024
 """Images with more pixels than this are tiled when ``tile=None`` (bounds memory: about 1 GB at this size)."""
-
-
-class WeightsError(ValueError):
-    """A weights file that is missing, unreadable, or not a derain network (record + weights)."""
-
-
-class WeightsNotFoundError(WeightsError, FileNotFoundError):
-    """No weights file where one was asked for (or no trained weights ship with the package)."""
-
-
-def default_device() -> torch.device:
-    """``cuda`` when a GPU is visible, else ``cpu``."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def packaged_weights() -> Path:
-    """Path of the weights that ship inside the package (``derain/weights/derain-small.safetensors``).
-
-    Raises:
-        WeightsNotFoundError: when no trained weights ship with this copy of derain yet.
-    """
-    ref = resources.files("derain").joinpath("weights", PACKAGED_WEIGHTS)
-    path = Path(str(ref))
-    if not path.is_file():
-        raise WeightsNotFoundError(
-            f"no trained weights ship with this copy of derain yet ({path} does not exist); "
-            "pass a weights file explicitly: load_model('model.safetensors') in Python, "
-            "or --weights FILE (.safetensors from derain.export, or a Lightning .ckpt) on the command line"
-        )
-    return path
-
-
-def _build(record: object, state: dict[str, torch.Tensor], path: Path) -> nn.Module:
-    """The network a file's record describes, with the file's weights.
-
-    The network is built without memory (on the ``meta`` device) and takes the file's tensors as they are
-    (``assign``), so it is built once, and a record with huge sizes is a shape error, not an allocation. A
-    network with tensors the file does not hold (non-persistent buffers) is then built for real.
-    """
-    try:
-        with torch.device("meta"):
-            net = build_network(record)
-    except ValueError as err:
-        raise WeightsError(f"{path}: {err}") from None
-    try:
-        net.load_state_dict(state, strict=True, assign=True)
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()[0:2]
-        raise WeightsError(f"{path}: the weights do not fit the stored network: {' '.join(first)}") from None
-    if any(t.is_meta for t in itertools.chain(net.parameters(), net.buffers())):
-        net = build_network(record)
-        net.load_state_dict(state, strict=True)
-    return net
-
-
-def _load_safetensors(path: Path) -> nn.Module:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            meta = f.metadata() or {}
-            state = {key: f.get_tensor(key) for key in f.keys()}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise WeightsError(f"{path}: not a readable safetensors file ({err})") from None
-    fmt = meta.get("format")
-    key = {WEIGHTS_FORMAT: "net", "derain-net-v1": "config"}.get(str(fmt))
-    if key is None:
-        raise WeightsError(
-            f"{path}: metadata 'format' is {fmt!r}, expected {WEIGHTS_FORMAT!r} (write weights with derain.export)"
-        )
-    try:
-        record = json.loads(meta[key])
-    except (KeyError, json.JSONDecodeError) as err:
-        raise WeightsError(f"{path}: metadata {key!r} is missing or not JSON ({err})") from None
-    if key == "config":
-        record = legacy_record(record)
-    return _build(record, state, path)
-
-
-def _load_lightning(path: Path) -> nn.Module:
-    try:
-        state, record = read_checkpoint_net(path)
-    except ValueError as err:
-        raise WeightsError(str(err).splitlines()[0]) from None
-    if not state:
-        raise WeightsError(f"{path}: the checkpoint's state_dict has no 'net.*' entries")
-    return _build(record, state, path)
-
-
-def load_model(
-    weights: str | os.PathLike | None = None,
-    device: str | torch.device | None = None,
-    *,
-    backend: str = "torch",
-) -> nn.Module:
-    """Build the network a weights file records (``class_path`` + ``init_args``) with its weights, in eval mode.
-
-    Args:
-        weights: a ``.safetensors`` file written by ``derain.export`` (metadata ``format`` =
-            ``derain-net-v2`` and the network record ``net`` as JSON; ``derain-net-v1`` files load too), or a
-            Lightning ``.ckpt`` from ``DerainLitModule``. ``None`` loads the weights that ship in the package
-            (``derain/weights/derain-small.safetensors``).
-        device: where to put the model; ``None`` picks ``cuda`` when available, else ``cpu``.
-        backend: ``"torch"``, or ``"onnxruntime"`` for the network's ONNX graph run by onnxruntime on the CPU
-            (``derain.onnx.OnnxNet``): an ``.onnx`` file from ``derain.export`` is used as it is, weights
-            files are exported once and cached (``derain.onnx.cached_onnx``).
-
-    Returns:
-        The network in eval mode on ``device`` (an ``OnnxNet`` with ``backend="onnxruntime"``).
-
-    Raises:
-        WeightsNotFoundError: the file does not exist, or ``weights=None`` and no trained weights ship yet.
-        WeightsError: the file is not a readable derain weights file (the message names it).
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend should be one of {BACKENDS}, got {backend!r}")
-    path = packaged_weights() if weights is None else Path(weights)
-    if not path.is_file():
-        raise WeightsNotFoundError(f"weights file {path} does not exist")
-    if path.stat().st_size == 0:
-        raise WeightsError(f"{path}: the weights file is empty")
-    if backend == "onnxruntime":
-        if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"the onnxruntime backend runs on the CPU; got device {str(device)!r}")
-        from .onnx import OnnxNet, cached_onnx
-
-        return OnnxNet(path if path.suffix == ".onnx" else cached_onnx(path)).eval()
-    if path.suffix == ".onnx":
-        raise WeightsError(f"{path}: an ONNX file runs with backend onnxruntime (--backend onnxruntime)")
-    if path.suffix == ".ckpt":
-        net = _load_lightning(path)
-    elif path.suffix == ".safetensors":
-        net = _load_safetensors(path)
-    else:
-        raise WeightsError(f"{path}: unknown weights suffix {path.suffix!r}; expected .safetensors or .ckpt")
-    return net.to(device if device is not None else default_device()).eval()
 
 
 # ---------------------------------------------------------------------------------------------- image loading
@@ -284,30 +117,6 @@ def ensemble_flips(ensemble: int) -> tuple[tuple[int, ...], ...]:
     if ensemble not in ENSEMBLE_FLIPS:
         raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
     return ENSEMBLE_FLIPS[ensemble]
-
-
-def add_backend_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--backend {torch,onnxruntime}`` option shared by ``derain.infer``, ``derain.evaluate`` and the
-    web page."""
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default=DEFAULT_BACKEND,
-        help=f"what runs the network (default {DEFAULT_BACKEND}): torch, or onnxruntime on the CPU (an .onnx "
-        "file from derain.export, or the weights exported once and cached)",
-    )
-
-
-def add_ensemble_argument(parser: argparse.ArgumentParser, scope: str = "image") -> None:
-    """The ``--ensemble {1,2,4}`` option shared by ``derain.infer``, ``derain.evaluate`` and ``app.py``."""
-    parser.add_argument(
-        "--ensemble",
-        type=int,
-        choices=sorted(ENSEMBLE_FLIPS),
-        default=1,
-        help=f"average over this many upright flips of each {scope} (self-ensemble: a little better, "
-        "N times slower; default 1)",
-    )
 
 
 def _model_device_dtype(

@@ -2,6 +2,9 @@
 
     python -m derain.export WEIGHTS model.onnx          # .safetensors or .ckpt in, an ONNX file out
 
+Needs ``derain[onnx]`` (onnx and onnxscript to export, onnxruntime to run); without it, this module imports and
+every use says which extra to install.
+
 The graph takes ``image``, float32 ``(N, 3, H, W)`` RGB in [0, 1] with dynamic N, H and W, and gives
 ``restored`` of the same shape, clamped to [0, 1]. Everything the network does is inside it: the reflect
 padding to a multiple of the network's stride, pixel-unshuffle, the top-k selections (their k depends on the
@@ -10,7 +13,7 @@ reflection, which needs each side to be longer than its padding; ``OnnxNet`` pad
 replication first, as the torch network does, so both backends give the same image.
 
 Example:
-    >>> from derain.onnx import OnnxNet
+    >>> from derain.inference.onnx import OnnxNet
     >>> from derain import restore
     >>> net = OnnxNet("derain-small.onnx")                    # doctest: +SKIP
     >>> clean = restore(net, rainy_uint8)                      # doctest: +SKIP
@@ -31,8 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .io import atomic_output
-from .models import network_record
+from derain import weights as weights_file
+from derain.extras import require
+from derain.io import atomic_output
+from derain.models import network_record
 
 __all__ = [
     "OPSET",
@@ -88,16 +93,6 @@ def _quiet_torch_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _check_options(net: nn.Module) -> None:
-    """Options of a derain network that the export does not support, named in one line."""
-    for name, module in net.named_modules():
-        if getattr(module, "record_entropy", False) or getattr(module, "keep_weights", False):
-            raise OnnxExportError(
-                f"module {name!r} has attention monitoring switched on (record_entropy / keep_weights); "
-                "the graph has no outputs for it: switch it off before exporting"
-            )
-
-
 def export_onnx(
     net: nn.Module,
     path: str | os.PathLike,
@@ -115,21 +110,14 @@ def export_onnx(
         OnnxExportError: the network has an option the graph cannot hold, or the export failed (the message
             is one line and names the option or the failing operation).
     """
-    import onnx
-
-    try:
-        import onnxscript  # noqa: F401 - torch.onnx's exporter translates the graph with it
-    except ImportError:
-        raise OnnxExportError(
-            "ONNX export needs onnxscript (a dependency of derain): pip install onnxscript"
-        ) from None
+    onnx = require("onnx", "ONNX export")
+    require("onnxscript", "ONNX export")  # torch.onnx's exporter translates the graph with it
     if opset < 17:
         raise OnnxExportError(f"opset should be 17 or newer, got {opset}")
     path = Path(path)
     if path.suffix != ".onnx":
         raise OnnxExportError(f"the ONNX output {path} should end in .onnx")
     multiple = _multiple(net)
-    _check_options(net)
     try:
         record = json.dumps(network_record(net))
     except TypeError as err:
@@ -186,18 +174,12 @@ def cached_onnx(weights: str | os.PathLike | None = None) -> Path:
     The cache key is the weights file's sha256, so a changed file is exported again. The first export takes
     about a minute on a 2-core CPU.
     """
-    from .inference import load_model, packaged_weights
-
-    source = packaged_weights() if weights is None else Path(weights)
-    if not source.is_file():
-        from .inference import WeightsNotFoundError
-
-        raise WeightsNotFoundError(f"weights file {source} does not exist")
+    source = weights_file.resolve(weights)
     digest = file_digest(source)
     target = cache_dir() / f"{source.stem}-{digest[:16]}.onnx"
     if not target.is_file():
         log.warning("exporting %s to ONNX once (about a minute): %s", source, target)
-        net = load_model(source, device="cpu")
+        net = weights_file.load_net(source)
         export_onnx(net, target, metadata={"source": source.name, "source_sha256": digest})
     return target
 
@@ -215,31 +197,26 @@ class OnnxNet(nn.Module):
 
     def __init__(self, path: str | os.PathLike, *, threads: int | None = None):
         super().__init__()
-        import onnxruntime as ort
-
+        ort = require("onnxruntime", "the onnxruntime backend")
         self.path = Path(path)
         if not self.path.is_file():
-            from .inference import WeightsNotFoundError
-
-            raise WeightsNotFoundError(f"ONNX file {self.path} does not exist")
+            raise weights_file.WeightsNotFoundError(f"ONNX file {self.path} does not exist")
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
         try:
             self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
-            from .inference import WeightsError
-
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise WeightsError(f"{self.path}: not a loadable ONNX model ({first[:200]})") from None
+            raise weights_file.WeightsError(
+                f"{self.path}: not a loadable ONNX model ({first[:200]})"
+            ) from None
         meta = self.session.get_modelmeta().custom_metadata_map
         try:
             self.multiple = int(meta["multiple"])
             self.record = json.loads(meta["net"])
         except (KeyError, ValueError) as err:
-            from .inference import WeightsError
-
-            raise WeightsError(
+            raise weights_file.WeightsError(
                 f"{self.path}: no derain metadata ({err}); write ONNX files with python -m derain.export"
             ) from None
         self.input_name = self.session.get_inputs()[0].name

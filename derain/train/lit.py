@@ -14,11 +14,10 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from .export import CHECKPOINT_KEY
-from .inference import WeightsError, load_model
-from .io import to_uint8, write_image_atomic
-from .metrics import DerainMetrics
-from .models import network_record
+from derain.io import to_uint8, write_image_atomic
+from derain.metrics import DerainMetrics
+from derain.models import network_record
+from derain.weights import CHECKPOINT_KEY, WeightsError, load_net
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ def load_initial_weights(net: nn.Module, path: str | os.PathLike) -> None:
             file and the recorded settings that differ).
     """
     try:
-        source = load_model(None if str(path) == "packaged" else path, device="cpu")
+        source = load_net(None if str(path) == "packaged" else path)
     except WeightsError as err:
         raise type(err)(f"init_weights {path}: {err}") from None
     try:

@@ -1,0 +1,5 @@
+"""``python -m derain``: the ``derain`` command (``derain.cli``)."""
+
+from derain.cli import main
+
+raise SystemExit(main())

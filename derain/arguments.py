@@ -1,0 +1,103 @@
+"""The command-line options that ``derain infer``, ``derain evaluate`` and ``derain app`` share, written once.
+
+``--weights``, ``--device``, ``--backend`` say which network runs where; ``--tile``, ``--overlap`` and
+``--ensemble`` how ``restore`` runs it. :func:`load_model` reads the first three, checks the other two and
+loads the network, or raises a :class:`UsageError` with one line (exit status 2): a weights file that is not one,
+a device torch does not know or cannot use, a backend without its extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from torch import nn
+
+from derain.extras import MissingExtraError
+from derain.inference import BACKENDS, DEFAULT_BACKEND, DEFAULT_TILE, ENSEMBLE_FLIPS
+from derain.inference import load_model as _load_model
+
+__all__ = ["UsageError", "add_model_arguments", "check_tiling", "load_model", "usage_error"]
+
+
+class UsageError(Exception):
+    """A command line that cannot run as given; the command prints ``error: <message>`` and exits with 2."""
+
+
+def usage_error(err: BaseException | str, hint: str = "") -> int:
+    """Print ``error: <err>`` (and ``hint`` on the next line) to stderr; the exit status of a usage error, 2."""
+    print(f"error: {err}" + (f"\n{hint}" if hint else ""), file=sys.stderr)
+    return 2
+
+
+def add_model_arguments(
+    parser: argparse.ArgumentParser, *, scope: str = "image", when: str = "", ensemble: bool = True
+) -> None:
+    """Add ``--weights --tile --overlap --ensemble --backend --device`` to ``parser``.
+
+    Args:
+        parser: the command's parser.
+        scope: what one input is, for the help texts (``"image"``, ``"photo"``).
+        when: when the options apply, for the help texts (``" (with --rain)"``).
+        ensemble: add ``--ensemble`` (the web page has its own: the passes of its *Best* quality).
+    """
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=None,
+        help=f"weights file{when} (.safetensors or .ckpt; .onnx with --backend onnxruntime); default: packaged",
+    )
+    parser.add_argument(
+        "--tile",
+        type=int,
+        default=None,
+        help=f"tile size in pixels{when}; default: tile only large {scope}s; 0: never",
+    )
+    parser.add_argument(
+        "--overlap", type=int, default=32, help=f"pixels shared by neighbouring tiles{when} (default 32)"
+    )
+    if ensemble:
+        parser.add_argument(
+            "--ensemble",
+            type=int,
+            choices=sorted(ENSEMBLE_FLIPS),
+            default=1,
+            help=f"average over this many upright flips of each {scope}{when} (self-ensemble: a little better, "
+            "N times slower; default 1)",
+        )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=DEFAULT_BACKEND,
+        help=f"what runs the network (default {DEFAULT_BACKEND}): torch, or onnxruntime on the CPU (an .onnx "
+        "file from derain.export, or the weights exported once and cached; needs derain[onnx])",
+    )
+    parser.add_argument(
+        "--device", default=None, help=f"cpu, cuda, cuda:1, ...{when} (default: cuda if available)"
+    )
+
+
+def check_tiling(args: argparse.Namespace) -> None:
+    """A ``UsageError`` unless ``--tile`` and ``--overlap`` can work (``tile >= 0``, ``0 <= overlap < tile``)."""
+    tile = DEFAULT_TILE if args.tile is None else args.tile  # what restore will use on a large image
+    if tile < 0 or args.overlap < 0 or (tile and args.overlap >= tile):
+        raise UsageError(
+            f"need tile >= 0 and 0 <= overlap < tile, got --tile {args.tile} --overlap {args.overlap}"
+        )
+
+
+def load_model(args: argparse.Namespace) -> nn.Module:
+    """The network ``--weights`` records, on ``--device``, run by ``--backend``, once the tiling is checked.
+
+    Raises:
+        UsageError: bad tiling, a weights file that cannot be loaded, a device that cannot be used, or a backend
+            whose extra is not installed (one line each).
+    """
+    check_tiling(args)
+    try:
+        return _load_model(args.weights, device=args.device, backend=args.backend)
+    except (ValueError, MissingExtraError) as err:  # WeightsError, or a backend that cannot run here
+        raise UsageError(str(err)) from None
+    except (RuntimeError, AssertionError) as err:  # torch's words for an unknown or unavailable device
+        raise UsageError(f"cannot use --device {args.device!r}: {err}") from None

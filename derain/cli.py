@@ -1,0 +1,59 @@
+"""The ``derain`` command: ``derain infer|fit|evaluate|app|export ...``, one front door to the five commands.
+
+Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``),
+imported only when asked for: ``derain infer`` never imports Lightning or gradio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from derain import __version__
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+COMMANDS = {
+    "infer": "derain a folder of photos and videos, or one file",
+    "fit": "train a network (LightningCLI: --config NAME, --trainer.*, --model.*, --data.*)",
+    "evaluate": "score derained images against clean ones (PSNR/SSIM, MATLAB Y and RGB)",
+    "app": "derain photos and short videos in the browser",
+    "export": "export a checkpoint to a weights file, or weights to an ONNX model",
+}
+"""The subcommands, each the module ``derain.<name>`` with a ``main(argv, prog=...)``, and what it does."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="derain",
+        description="Image deraining: train, evaluate and use the network. "
+        "'derain COMMAND --help' lists a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"derain {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, summary in COMMANDS.items():  # listed here; the command's own parser reads the rest
+        commands.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``derain COMMAND ARGS...``; returns the command's exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS:  # --help, --version, or a missing or unknown command
+        build_parser().parse_args(argv)  # argparse answers and exits
+        return 2
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(f"derain.{name}")
+    if name != "fit":
+        return module.main(rest, prog=f"derain {name}")
+    saved = sys.argv[:]
+    sys.argv[1:] = rest  # LightningCLI reads the command line itself (and warns when given it twice)
+    try:
+        return module.main(None, prog="derain fit")
+    finally:
+        sys.argv[:] = saved
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

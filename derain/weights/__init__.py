@@ -1,0 +1,246 @@
+"""Weights files: the one owner of their formats, keys, errors, the packaged file, saving and loading.
+
+A weights file is a safetensors file that holds the network's state dict as tensors and, in its metadata,
+``format = derain-net-v2`` and ``net = {"class_path": ..., "init_args": {...}}`` (JSON), the network's record as
+LightningCLI writes it (``derain.models.network_record``): :func:`load_net` builds whatever class it names. Files
+of the older ``derain-net-v1`` format (a ``config`` of ``DerainNet`` arguments) still load. A Lightning checkpoint
+of ``DerainLitModule`` loads too: it keeps the record under :data:`CHECKPOINT_KEY` and the weights under the
+``net.`` (or, when a moving average was kept, ``ema.``) prefix. The weights that ship with derain are this
+folder's ``derain-small.safetensors`` (:func:`packaged_weights`).
+
+Example:
+    >>> from derain.weights import load_net, save_net
+    >>> save_net(net, "model.safetensors")                   # doctest: +SKIP
+    >>> net = load_net("model.safetensors")                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from derain.io import atomic_output
+from derain.models import build_network, network_record
+
+__all__ = [
+    "FORMAT",
+    "CHECKPOINT_KEY",
+    "CHECKPOINT_PREFIXES",
+    "PACKAGED_WEIGHTS",
+    "WeightsError",
+    "WeightsNotFoundError",
+    "export_checkpoint",
+    "legacy_record",
+    "load_net",
+    "packaged_weights",
+    "read_checkpoint_net",
+    "resolve",
+    "save_net",
+]
+
+FORMAT = "derain-net-v2"
+"""The ``format`` entry of a weights file's metadata."""
+
+CHECKPOINT_KEY = "derain_net"
+"""Where a ``DerainLitModule`` checkpoint keeps the network's record."""
+
+CHECKPOINT_PREFIXES = ("ema.", "net.")
+"""The state-dict prefixes of a ``DerainLitModule`` checkpoint's networks (its ``ema`` and ``net`` attributes), in
+the order they are preferred: the moving average, when kept, is what the run validated."""
+
+PACKAGED_WEIGHTS = "derain-small.safetensors"
+"""File name of the weights that ship inside the package, under ``derain/weights/``."""
+
+
+class WeightsError(ValueError):
+    """A weights file that is missing, unreadable, or not a derain network (record + weights)."""
+
+
+class WeightsNotFoundError(WeightsError, FileNotFoundError):
+    """No weights file where one was asked for (or no trained weights ship with the package)."""
+
+
+def legacy_record(config: dict) -> dict:
+    """The record of a ``derain-net-v1`` file or checkpoint, whose ``config`` held ``DerainNet`` arguments."""
+    return {"class_path": "derain.models.DerainNet", "init_args": config}
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+def save_net(net: nn.Module, path: str | os.PathLike, *, extra: dict[str, str] | None = None) -> Path:
+    """Write ``net``'s weights and its record (``network_record``) to ``path`` (safetensors), atomically."""
+    try:
+        record = network_record(net)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+    tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+    return _write(tensors, record, path, extra)
+
+
+def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
+    """The network state dict and record (``class_path``, ``init_args``) from a Lightning checkpoint (safe
+    loader).
+
+    The moving average of the weights (``ema.*``, when trained with ``ema_decay``) is preferred: it is what the
+    run validated; otherwise the ``net.*`` weights. The prefix is removed.
+    """
+    ckpt_path = Path(ckpt_path)
+    try:
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint not found: {ckpt_path}") from None
+    except Exception as err:  # noqa: BLE001 - any unpickling failure means "not a usable checkpoint"
+        raise ValueError(
+            f"cannot read checkpoint {ckpt_path}: {type(err).__name__}: {str(err)[:200]}"
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise ValueError(f"{ckpt_path} is not a Lightning checkpoint (no 'state_dict')")
+    record = ckpt.get(CHECKPOINT_KEY)
+    if record is None and "derain_net_config" in ckpt:  # written before the record (derain-net-v1)
+        record = legacy_record(ckpt["derain_net_config"])
+    if record is None:
+        raise ValueError(
+            f"{ckpt_path} has no {CHECKPOINT_KEY!r} record: it was not written by DerainLitModule"
+        )
+    ema, plain = CHECKPOINT_PREFIXES
+    prefix = ema if any(k.startswith(ema) for k in ckpt["state_dict"]) else plain
+    state = {k.removeprefix(prefix): v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+    return state, record
+
+
+def export_checkpoint(ckpt_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
+    """Convert a Lightning checkpoint of `DerainLitModule` into a safetensors weights file."""
+    state, record = read_checkpoint_net(ckpt_path)
+    return _write(state, record, out_path, {"source": Path(ckpt_path).name})
+
+
+def _write(
+    tensors: dict[str, torch.Tensor], record: dict, path: str | os.PathLike, extra: dict | None
+) -> Path:
+    path = Path(path)
+    metadata = {"format": FORMAT, "net": json.dumps(record), **(extra or {})}
+    with atomic_output(path) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def packaged_weights() -> Path:
+    """Path of the weights that ship inside the package (``derain/weights/derain-small.safetensors``).
+
+    Raises:
+        WeightsNotFoundError: when no trained weights ship with this copy of derain yet.
+    """
+    ref = resources.files("derain").joinpath("weights", PACKAGED_WEIGHTS)
+    path = Path(str(ref))
+    if not path.is_file():
+        raise WeightsNotFoundError(
+            f"no trained weights ship with this copy of derain yet ({path} does not exist); "
+            "pass a weights file explicitly: load_model('model.safetensors') in Python, "
+            "or --weights FILE (.safetensors from derain.export, or a Lightning .ckpt) on the command line"
+        )
+    return path
+
+
+def resolve(weights: str | os.PathLike | None) -> Path:
+    """The weights file to read: ``weights``, or the packaged weights for ``None``; it must exist and hold bytes.
+
+    Raises:
+        WeightsNotFoundError: the file does not exist (or, for ``None``, no trained weights ship yet).
+        WeightsError: the file is empty.
+    """
+    path = packaged_weights() if weights is None else Path(weights)
+    if not path.is_file():
+        raise WeightsNotFoundError(f"weights file {path} does not exist")
+    if path.stat().st_size == 0:
+        raise WeightsError(f"{path}: the weights file is empty")
+    return path
+
+
+def load_net(weights: str | os.PathLike | None = None) -> nn.Module:
+    """The network a weights file records (``class_path`` + ``init_args``), with its weights, on the CPU.
+
+    Args:
+        weights: a ``.safetensors`` file (``save_net``, ``export_checkpoint``) or a Lightning ``.ckpt`` from
+            ``DerainLitModule``; ``None`` reads the packaged weights.
+
+    Raises:
+        WeightsNotFoundError: the file does not exist, or ``weights=None`` and no trained weights ship yet.
+        WeightsError: the file is not a readable derain weights file (the message names it), or an ``.onnx``
+            graph (``derain.inference.load_model(backend="onnxruntime")`` runs those).
+    """
+    path = resolve(weights)
+    if path.suffix == ".onnx":
+        raise WeightsError(f"{path}: an ONNX file runs with backend onnxruntime (--backend onnxruntime)")
+    if path.suffix == ".ckpt":
+        return _load_lightning(path)
+    if path.suffix == ".safetensors":
+        return _load_safetensors(path)
+    raise WeightsError(f"{path}: unknown weights suffix {path.suffix!r}; expected .safetensors or .ckpt")
+
+
+def _build(record: object, state: dict[str, torch.Tensor], path: Path) -> nn.Module:
+    """The network a file's record describes, with the file's weights.
+
+    The network is built without memory (on the ``meta`` device) and takes the file's tensors as they are
+    (``assign``), so it is built once, and a record with huge sizes is a shape error, not an allocation. A
+    network with tensors the file does not hold (non-persistent buffers) is then built for real.
+    """
+    try:
+        with torch.device("meta"):
+            net = build_network(record)
+    except ValueError as err:
+        raise WeightsError(f"{path}: {err}") from None
+    try:
+        net.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0:2]
+        raise WeightsError(f"{path}: the weights do not fit the stored network: {' '.join(first)}") from None
+    if any(t.is_meta for t in itertools.chain(net.parameters(), net.buffers())):
+        net = build_network(record)
+        net.load_state_dict(state, strict=True)
+    return net
+
+
+def _load_safetensors(path: Path) -> nn.Module:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            state = {key: f.get_tensor(key) for key in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise WeightsError(f"{path}: not a readable safetensors file ({err})") from None
+    fmt = meta.get("format")
+    key = {FORMAT: "net", "derain-net-v1": "config"}.get(str(fmt))
+    if key is None:
+        raise WeightsError(
+            f"{path}: metadata 'format' is {fmt!r}, expected {FORMAT!r} (write weights with derain.export)"
+        )
+    try:
+        record = json.loads(meta[key])
+    except (KeyError, json.JSONDecodeError) as err:
+        raise WeightsError(f"{path}: metadata {key!r} is missing or not JSON ({err})") from None
+    if key == "config":
+        record = legacy_record(record)
+    return _build(record, state, path)
+
+
+def _load_lightning(path: Path) -> nn.Module:
+    try:
+        state, record = read_checkpoint_net(path)
+    except ValueError as err:
+        raise WeightsError(str(err).splitlines()[0]) from None
+    if not state:
+        raise WeightsError(f"{path}: the checkpoint's state_dict has no 'net.*' entries")
+    return _build(record, state, path)
