@@ -242,7 +242,7 @@ def test_sixteen_clients_at_once_each_get_their_own_photo_derained(app: ModuleTy
         expected, expected[1:], strict=False
     ):  # so a swapped result cannot pass for the right one
         assert np.abs(a.astype(int) - b).mean() > 10
-    demo = app.build_app(net, max_megapixels=0.02)  # default concurrency (1) and queue size
+    demo = app.build_app(net, max_megapixels=0.02, quality="fast")  # default concurrency (1) and queue size
     with launched(demo) as url:
         peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         results = burst(url, files)

@@ -34,7 +34,7 @@ pytestmark = [
 def url() -> Iterator[str]:
     app = importlib.import_module("derain.app")
     torch.manual_seed(0)
-    demo = app.build_app(tiny_net(), warning=app.UNTRAINED_WARNING)
+    demo = app.build_app(tiny_net(), warning=app.UNTRAINED_WARNING, quality="fast")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -55,9 +55,14 @@ def test_upload_derain_and_see_the_result(url: str, tmp_path: Path) -> None:
             page.goto(url, wait_until="networkidle")
             page.locator("#photo input[type=file]").set_input_files(str(photo))
             page.locator("#photo img").first.wait_for(state="visible", timeout=30_000)  # upload preview
-            page.locator("#derain-button").click()
             status = page.locator("#status")
+            sync_api.expect(status).to_contain_text(
+                "expected about", timeout=30_000
+            )  # Fast and Best, for this photo
+            page.get_by_label("Best", exact=False).check()  # the page's default here is Fast
+            page.locator("#derain-button").click()
             sync_api.expect(status).to_contain_text("Derained 451×300 pixels", timeout=60_000)
+            sync_api.expect(status).to_contain_text("Best: self-ensemble of 4 passes")
             result_images = page.locator("#result img")
             sync_api.expect(result_images.first).to_be_visible()
             assert result_images.count() == 2  # before and after, under the slider
