@@ -161,6 +161,13 @@ def build_app(
     if quality == "auto":
         quality = "best" if speed.seconds(10**6, ensemble) <= BEST_DEFAULT_MAX_S else "fast"
     passes = {"fast": 1, "best": ensemble}
+
+    def passes_for(choice: str) -> int:
+        """Network passes of a quality choice; a message for anything but fast or best (API callers)."""
+        if choice not in passes:
+            raise gr.Error(f"Quality should be fast or best, got {choice!r}.")
+        return passes[choice]
+
     if max_queue < 1 or concurrency < 1:
         raise ValueError(f"max_queue and concurrency should be >= 1, got {max_queue} and {concurrency}")
     out_root = Path(tempfile.mkdtemp(prefix="derain-app-"))
@@ -204,9 +211,7 @@ def build_app(
             raise gr.Error(
                 f"This photo has {h * w / 1e6:.1f} megapixels; the limit here is {max_megapixels:g}."
             )
-        n = passes.get(choice)
-        if n is None:
-            raise gr.Error(f"Quality should be fast or best, got {choice!r}.")
+        n = passes_for(choice)
         start = time.perf_counter()
         result = restore(model, image, tile=tile, overlap=overlap, ensemble=n)
         seconds = time.perf_counter() - start
@@ -224,6 +229,7 @@ def build_app(
         """Derain every frame of the uploaded clip: the derained MP4 (H.264, audio kept) and a status line."""
         if not clip:
             raise gr.Error("Upload a short rainy video first.")
+        n = passes_for(choice)
         source = Path(clip)
         try:
             info = probe(source)
@@ -252,7 +258,7 @@ def build_app(
                 out_path,
                 tile=tile,
                 overlap=overlap,
-                ensemble=passes.get(choice, 1),
+                ensemble=n,
                 max_frames=int(max_video_seconds * info.fps) + 1,
                 on_frame=lambda done: progress(min(done / total, 1.0), desc=f"frame {done} of {total}"),
             )
