@@ -412,12 +412,18 @@ SHIPPED = [
     "derain-small/stage6-continue.yaml",
     "derain-small/stage7-garg-long.yaml",
 ]
+STAGE8_LONG = [
+    "derain-small/stage8-arm-focused.yaml",
+    "derain-small/stage8-arm-focused-light.yaml",
+    "derain-small/stage8-long.yaml",
+]
 RECIPES = [
     *(SHIPPED[:n] for n in range(1, len(SHIPPED) + 1)),
     [*SHIPPED[:4], "derain-small/gpu.yaml"],
     [*SHIPPED, "derain-small/stage8-arm-mix.yaml"],
     [*SHIPPED, "derain-small/stage8-arm-focused.yaml"],
     [*SHIPPED, "derain-small/stage8-arm-focused.yaml", "derain-small/stage8-arm-focused-light.yaml"],
+    [*SHIPPED, *STAGE8_LONG],
     ["rain100h.yaml"],
     ["synthetic.yaml"],
 ]
@@ -487,6 +493,12 @@ def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
     if last == "stage8-arm-focused-light":
         assert "$DERAIN_DATA/raintrainl" in data["pairs"]["train_dirs"]
         assert data["synthesis"]["transplant_shares"] == [0.75, 0.25]
+    if last == "stage8-long":  # the focused + light arm, long, on one cosine from stage 7, same validation
+        assert data["synthesis"]["transplant_shares"] == [0.75, 0.25] and model["lr"] == 3e-4
+        assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
+        assert model["init_weights"] == "runs/derain-small/stage7/model.safetensors"
+        assert model["schedule_steps"] is None and config["trainer"]["max_steps"] == 9000
+        assert config["trainer"]["default_root_dir"] == "runs/derain-small/stage8-long"
     if last == "gpu":  # prepared for a lent GPU: shipped weights, no runs/ needed
         assert model["init_weights"] == "packaged" and data["synthesis"]["rain_free_prob"] == 0.15
         assert (config["trainer"]["accelerator"], data["batch_size"]) == ("gpu", 16)
