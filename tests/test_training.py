@@ -98,7 +98,8 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     ]
     assert fit_main([*common, "--trainer.max_steps=8"]) == 0
     last = run / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["global_step"] == 8
+    saved = torch.load(last, weights_only=True)
+    assert saved["global_step"] == 8 and {"optimizer_states", "lr_schedulers"} <= saved.keys()  # resumable
     capsys.readouterr()
 
     # the same command with more steps resumes from last.ckpt and says so

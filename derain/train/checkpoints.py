@@ -47,7 +47,9 @@ class LastCheckpoint(Checkpoint):
             or self._saved_step == trainer.global_step
         ):
             return
-        trainer.save_checkpoint(self.path)  # every rank calls it; the strategy writes once
+        # every rank calls it; the strategy writes once. A full checkpoint (optimizer, schedule, loops) for
+        # resuming, said explicitly: else Lightning logs "`weights_only` was not set" at every save
+        trainer.save_checkpoint(self.path, weights_only=False)
         self._saved_step = trainer.global_step
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
