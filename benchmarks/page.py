@@ -49,7 +49,7 @@ def main() -> None:
     pixels = SIZE[0] * SIZE[1]
     predicted = {"fast": estimate.seconds(pixels), "best": estimate.seconds(pixels, args.ensemble)}
     one_mp_best = estimate.seconds(10**6, args.ensemble)
-    default = "best" if one_mp_best <= app.BEST_DEFAULT_MAX_S else "fast"
+    default = estimate.auto_quality(args.ensemble)
     rows = [
         ("photo", f"{SIZE[1]}×{SIZE[0]} ({pixels / 1e6:.2f} MP), device {args.device}"),
         ("Fast (1 pass), measured", f"{med['fast']:.2f} s"),

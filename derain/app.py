@@ -68,6 +68,11 @@ class SpeedEstimate:
         """Expected seconds for a photo of ``pixels`` derained with ``passes`` network passes."""
         return self.per_megapixel * pixels / 1e6 * passes
 
+    def auto_quality(self, ensemble: int) -> str:
+        """``--quality auto``: ``"best"`` when *Best* (``ensemble`` passes) is expected to take at most
+        ``BEST_DEFAULT_MAX_S`` for a 1-megapixel photo, else ``"fast"``."""
+        return "best" if self.seconds(10**6, ensemble) <= BEST_DEFAULT_MAX_S else "fast"
+
     def update(self, pixels: int, passes: int, seconds: float) -> None:
         """Fold in a measured photo (half the weight on the newest measurement)."""
         if pixels > 0 and passes > 0:
@@ -159,7 +164,7 @@ def build_app(
         raise ValueError(f"quality should be one of {', '.join(QUALITIES)}, got {quality!r}")
     speed = SpeedEstimate(model, tile=tile, overlap=overlap)
     if quality == "auto":
-        quality = "best" if speed.seconds(10**6, ensemble) <= BEST_DEFAULT_MAX_S else "fast"
+        quality = speed.auto_quality(ensemble)
     passes = {"fast": 1, "best": ensemble}
 
     def passes_for(choice: str) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import TINY, TINY_NET
+from helpers import TINY, TINY_NET, tiny_net
 from safetensors import safe_open
 
 from derain.fit import main as fit_main
@@ -483,21 +483,20 @@ def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
         assert data["synthesis"]["transplant_from"] == ["$DERAIN_DATA/rain100h-train-mini"]
         assert data["synthesis"]["layer_share"] == 0.3
         assert model["init_weights"] == "runs/derain-small/stage6/model.safetensors"
-    if last.startswith(
-        "stage8-arm"
-    ):  # the same validation in every arm: 7 heavy pairs and 40 RainTrainL ones
+    # the same validation in every stage-8 run: 7 heavy pairs and 40 RainTrainL ones
+    if last.startswith("stage8"):
         assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
         assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
         assert (data["pairs"]["val_fraction"], data["seed"]) == (0.2, 0)
         assert model["init_weights"] == "runs/derain-small/stage7/model.safetensors"
-        assert config["trainer"]["max_steps"] == 1400 and (data["patch_size"], data["batch_size"]) == (256, 2)
+        assert (data["patch_size"], data["batch_size"]) == (256, 2)
+    if last.startswith("stage8-arm"):  # the arms compare at equal CPU work
+        assert config["trainer"]["max_steps"] == 1400
     if last == "stage8-arm-focused-light":
         assert "$DERAIN_DATA/raintrainl" in data["pairs"]["train_dirs"]
         assert data["synthesis"]["transplant_shares"] == [0.75, 0.25]
     if last == "stage8-long":  # the focused + light arm, long, on one cosine from stage 7, same validation
         assert data["synthesis"]["transplant_shares"] == [0.75, 0.25] and model["lr"] == 3e-4
-        assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
-        assert model["init_weights"] == "runs/derain-small/stage7/model.safetensors"
         assert model["schedule_steps"] is None and config["trainer"]["max_steps"] == 9000
         assert config["trainer"]["default_root_dir"] == "runs/derain-small/stage8-long"
     if last == "gpu":  # prepared for a lent GPU: shipped weights, no runs/ needed
@@ -680,12 +679,11 @@ def test_validation_reports_each_data_set_apart(tmp_path):
     pairs = find_pairs(heavy) + find_pairs(light)
     sets = ["heavy"] * 2 + ["light"] * 3
     loader = DataLoader(PairedDataset(pairs, sets=sets), batch_size=1)
-    torch.manual_seed(0)
-    net = DerainNet(dim=8, blocks=(1, 1), heads=(1, 1), mixers=(("tksa",), ("agent",)), agents=4)
+    net = tiny_net()
     trainer = L.Trainer(
         accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
     )
-    (logged,) = trainer.validate(DerainLitModule(net.eval(), sample_images=0), loader, verbose=False)
+    (logged,) = trainer.validate(DerainLitModule(net, sample_images=0), loader, verbose=False)
     expected = {}
     for name, group in (("heavy", pairs[:2]), ("light", pairs[2:])):
         metrics = DerainMetrics()
