@@ -1,0 +1,158 @@
+"""Weights side by side on held-out pairs: mean PSNR-Y/SSIM-Y a set, and paired differences against the first.
+
+    DERAIN_DATA=../shared/data python benchmarks/heavy_val.py runs/heavy-val     # once: the 200 heavy pairs
+    DERAIN_DATA=../shared/data python benchmarks/paired.py --weights A.safetensors B.safetensors --names A B
+
+The sets (MATLAB-Y PSNR/SSIM of 8-bit outputs, ``derain.evaluate``; none trained on by stage 9):
+- ``heavy200``: the held-out heavy set of ``benchmarks/heavy_val.py`` (``--heavy-val``);
+- ``heavy7``: the 7 real heavy pairs whose layers it uses (Rain100H's 4 seeded hold-outs, Rain200H's 3);
+- ``light40``: RainTrainL's seeded 40 (``val_from``, 20 %, data seed 0);
+- ``rain200l``: Rain200L's 3.
+
+A mean over a set says little when two weights differ by a fraction of a dB and the images by several; the paired
+difference per image (weights − first weights) and its 95 % bootstrap interval say whether the difference is
+larger than the images' noise. ``--sets`` picks some. Prints the table and one ``RESULT {...}`` JSON line;
+``--json FILE`` writes per-image values (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from derain import load_model
+from derain.data.split import seeded_share
+from derain.evaluate import evaluate, spread
+from derain.io import atomic_output
+from derain.pairing import find_pairs
+from derain.weights import WeightsError
+
+VAL_FRACTION, DATA_SEED = 0.2, 0
+
+
+def held_names(folder: Path) -> list[str]:
+    """The rainy file names of ``folder``'s seeded hold-out (the recipe's ``val_from`` share)."""
+    pairs = find_pairs(folder)
+    return [pairs[i][0].name for i in seeded_share(len(pairs), VAL_FRACTION, DATA_SEED)]
+
+
+def set_parts(data: Path, heavy_val: Path) -> dict[str, list[tuple[Path, list[str] | None]]]:
+    """Each set as (pair folder, rainy names or all) parts."""
+    return {
+        "heavy200": [(heavy_val, None)],
+        "heavy7": [
+            (data / "rain100h-train-mini", held_names(data / "rain100h-train-mini")),
+            (data / "rain200h-test-samples", None),
+        ],
+        "light40": [(data / "raintrainl", held_names(data / "raintrainl"))],
+        "rain200l": [(data / "rain200l-samples", None)],
+    }
+
+
+def score(model: torch.nn.Module, parts: list[tuple[Path, list[str] | None]]) -> list[dict]:
+    rows = []
+    for folder, names in parts:
+        if not (folder / "rain").is_dir():
+            raise SystemExit(
+                f"error: {folder} has no rain/ folder (build runs/heavy-val with benchmarks/heavy_val.py)"
+            )
+        found, _, problems = evaluate(
+            folder / "rain", folder / "norain", model=model, names=set(names) if names else None
+        )
+        for message in problems:
+            print(f"skipped: {message}", file=sys.stderr)
+        rows += [
+            {"name": f"{folder.name}/{r['name']}", "psnr_y": r["psnr_y"], "ssim_y": r["ssim_y"]}
+            for r in found
+        ]
+    return rows
+
+
+def summary(rows: list[dict], base: list[dict] | None) -> dict:
+    out = {
+        "count": len(rows),
+        "psnr_y": float(np.mean([r["psnr_y"] for r in rows])),
+        "ssim_y": float(np.mean([r["ssim_y"] for r in rows])),
+        "ci95": spread(rows, "psnr_y")["ci95"],
+    }
+    if base is not None:
+        if [r["name"] for r in rows] != [r["name"] for r in base]:
+            raise SystemExit(
+                "error: the weights were scored on different images; a paired difference needs the same"
+            )
+        diffs = [{"d": a["psnr_y"] - b["psnr_y"]} for a, b in zip(rows, base, strict=True)]
+        stats = spread(diffs, "d")
+        out["paired"] = {
+            "mean": float(np.mean([d["d"] for d in diffs])),
+            "std": stats["std"],
+            "ci95": stats["ci95"],
+            "wins": int(sum(d["d"] > 0 for d in diffs)),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--weights", nargs="+", required=True, help="weights files; the first is the base")
+    parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("DERAIN_DATA", "../shared/data")))
+    parser.add_argument("--heavy-val", type=Path, default=Path("runs/heavy-val"))
+    parser.add_argument("--sets", nargs="+", choices=["heavy200", "heavy7", "light40", "rain200l"])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    names = args.names or [Path(w).name for w in args.weights]
+    if len(names) != len(args.weights):
+        parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
+    parts = set_parts(args.data, args.heavy_val)
+    sets = args.sets or list(parts)
+    torch.set_grad_enabled(False)
+    per_image: dict[str, list[list[dict]]] = {s: [] for s in sets}
+    for path in args.weights:
+        try:
+            model = load_model(path, device="cpu")
+        except (WeightsError, OSError, RuntimeError) as err:
+            raise SystemExit(f"error: weights {path} do not load: {err}") from None
+        for s in sets:
+            per_image[s].append(score(model, parts[s]))
+        print(f"scored {path}", file=sys.stderr)
+    width = max(len(n) for n in names)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; PSNR-Y dB [95 % CI]; paired: minus first"
+    )
+    result: dict = {"weights": names}
+    for s in sets:
+        stats = [summary(rows, per_image[s][0] if i else None) for i, rows in enumerate(per_image[s])]
+        result[s] = stats
+        print(f"  {s} ({stats[0]['count']} pairs)")
+        for name, st in zip(names, stats, strict=True):
+            p = st.get("paired")
+            paired = (
+                (
+                    f"  paired {p['mean']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] sd {p['std']:.2f}, "
+                    f"better on {p['wins']}/{st['count']}"
+                )
+                if p
+                else ""
+            )
+            print(
+                f"    {name:<{width}}  {st['psnr_y']:6.2f} / {st['ssim_y']:.4f} "
+                f"[{st['ci95'][0]:.2f}, {st['ci95'][1]:.2f}]{paired}"
+            )
+    if args.json:
+        with atomic_output(args.json) as tmp:
+            tmp.write_text(json.dumps({**result, "per_image": per_image}))
+    print(
+        "RESULT "
+        + json.dumps({f"{s}_{i}": round(st["psnr_y"], 3) for s in sets for i, st in enumerate(result[s])})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""Real rain, weights side by side: how much rain each removes, whether rain-free photos stay, and a gallery.
+
+    DERAIN_DATA=../shared/data python benchmarks/real_rain.py --weights runs/stages/stage7.safetensors \
+        derain/weights/derain-small.safetensors --names "stage 7" "stage 8" --gallery benchmarks/out/real.png
+
+Real rainy photos have no clean image, so this measures what a model does (``docs/design.md``, Metrics):
+- **rain removed**: mean |rainy − derained| in 8-bit levels, per photo, over each real set (``real-rainy``'s 127
+  photos, SPA's 2 and the webcam's 35 rainy frames) and over all of them, with the spread over photos;
+- **rain-free kept**: PSNR-Y (MATLAB Y) of derain(photo) against the photo, on 24 rain-free 512² centre crops
+  (the 12 Urban100 photos and the first 12 Kodak24 photos of ``clean/``); a model that blurs removes a lot too;
+- **a gallery** PNG: rainy | each weights' output, a row a photo, for a person to look at before any decision
+  (``--gallery-rows`` real photos spread over the sets, then two rain-free ones).
+
+Every weights file runs on the same photos in one run; the table gives each one's means, its ratio to the first
+weights' removal, and paired differences per photo against the first. Photos of any size and mode (grey, RGBA,
+16-bit, EXIF-turned) are read as 8-bit RGB; an unreadable one is named and skipped. A weights file that does not
+load or a folder without images is a one-line error. Prints the table and one ``RESULT {...}`` JSON line;
+``--json FILE`` writes the per-photo values. Files are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from derain import load_model
+from derain.evaluate import score_pair, spread
+from derain.inference import restore
+from derain.inference.gallery import change_levels, gallery
+from derain.io import IMAGE_SUFFIXES, ImageReadError, atomic_output, list_images, read_rgb, write_image_atomic
+from derain.weights import WeightsError
+
+REAL_SETS = {"real-rainy": "real-rainy/rain", "spa": "spa-samples/rain", "webcam": "gtrain-webcam-pairs/rain"}
+RAIN_FREE = (("clean/urban100-subset", 12), ("clean/kodak24", 12))
+CROP = 512
+
+
+def read_folder(folder: Path, limit: int | None = None) -> tuple[list[tuple[str, np.ndarray]], list[str]]:
+    """The readable images of ``folder`` (natural order, at most ``limit``) and one message per unreadable one.
+
+    Raises:
+        SystemExit: the folder is missing or holds no images (one line naming it).
+    """
+    files = list_images(folder, recursive=True) if folder.is_dir() else []
+    if not files:
+        raise SystemExit(f"error: {folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    photos, skipped = [], []
+    for path in files[:limit]:
+        try:
+            photos.append((path.name, read_rgb(path)))
+        except ImageReadError as err:
+            skipped.append(f"skipped {path}: {err}")
+    return photos, skipped
+
+
+def centre_crop(image: np.ndarray, side: int = CROP) -> np.ndarray:
+    h, w = image.shape[:2]
+    top, left = max(0, (h - side) // 2), max(0, (w - side) // 2)
+    return image[top : top + side, left : left + side]
+
+
+def load_candidates(paths: list[str]) -> list[torch.nn.Module]:
+    models = []
+    for path in paths:
+        try:
+            models.append(load_model(path, device="cpu"))
+        except (WeightsError, OSError, RuntimeError) as err:
+            raise SystemExit(f"error: weights {path} do not load: {err}") from None
+    return models
+
+
+def mean_row(values: list[float], first: list[float] | None) -> dict:
+    """Mean and spread of ``values``; with ``first``, the paired difference against it too."""
+    rows = [{"v": v} for v in values]
+    out = {
+        "mean": float(np.mean(values)),
+        **{k: v for k, v in spread(rows, "v").items() if k in ("std", "ci95")},
+    }
+    if first is not None:
+        diffs = [{"d": a - b} for a, b in zip(values, first, strict=True)]
+        out["paired"] = {"mean": float(np.mean([d["d"] for d in diffs])), **spread(diffs, "d")}
+    return out
+
+
+def measure(models, names, data: Path, rows_wanted: int) -> tuple[dict, list[list[np.ndarray]], list[str]]:
+    removed: dict[str, list[list[float]]] = {}
+    photo_names: dict[str, list[str]] = {}
+    skipped: list[str] = []
+    picks: list[list[np.ndarray]] = []
+    captions: list[str] = []
+    real = {key: read_folder(data / sub) for key, sub in REAL_SETS.items()}
+    total = sum(len(p) for p, _ in real.values())
+    chosen = (
+        set(np.linspace(0, total - 1, rows_wanted).round().astype(int).tolist()) if rows_wanted else set()
+    )
+    index = 0
+    for key, (photos, bad) in real.items():
+        skipped += bad
+        removed[key] = [[] for _ in models]
+        photo_names[key] = [n for n, _ in photos]
+        for name, photo in photos:
+            outs = [restore(m, photo) for m in models]
+            for i, out in enumerate(outs):
+                removed[key][i].append(change_levels(photo, out))
+            if index in chosen:
+                picks.append([photo, *outs])
+                captions.append(f"{key}/{name}")
+            index += 1
+        print(f"{key}: {len(photos)} photos", file=sys.stderr)
+    kept: list[list[float]] = [[] for _ in models]
+    free_rows = []
+    for sub, count in RAIN_FREE:
+        photos, bad = read_folder(data / sub, count)
+        skipped += bad
+        for name, photo in photos:
+            crop = np.ascontiguousarray(centre_crop(photo))
+            outs = [restore(m, crop) for m in models]
+            for i, out in enumerate(outs):
+                kept[i].append(score_pair(out, crop)["psnr_y"])
+            if len(free_rows) < 2 and name == photos[0][0]:
+                free_rows.append(([crop, *outs], f"rain-free {Path(sub).name}/{name}"))
+    for images, caption in free_rows:
+        picks.append(images)
+        captions.append(caption)
+    removed["all real"] = [sum((removed[k][i] for k in REAL_SETS), []) for i in range(len(models))]
+    result = {
+        "weights": names,
+        "removed": {
+            k: [mean_row(v[i], v[0] if i else None) for i in range(len(models))] for k, v in removed.items()
+        },
+        "kept": [mean_row(kept[i], kept[0] if i else None) for i in range(len(models))],
+        "per_photo": {"removed": removed, "kept": kept, "names": photo_names},
+        "skipped": skipped,
+    }
+    return result, picks, captions
+
+
+def print_table(result: dict) -> None:
+    names = result["weights"]
+    width = max(len(n) for n in names)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        "rain removed: mean |rainy - derained| (8-bit levels) [95 % CI]; x first: ratio to the first weights"
+    )
+    for key, stats in result["removed"].items():
+        print(f"  {key}")
+        base = stats[0]["mean"]
+        for name, s in zip(names, stats, strict=True):
+            paired = (
+                f"  paired vs first {s['paired']['mean']:+.2f} [{s['paired']['ci95'][0]:+.2f}, "
+                f"{s['paired']['ci95'][1]:+.2f}]"
+                if "paired" in s
+                else ""
+            )
+            print(
+                f"    {name:<{width}}  {s['mean']:6.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]  "
+                f"x first {s['mean'] / base:5.2f}{paired}"
+            )
+    print(
+        f"rain-free kept: PSNR-Y of derain(photo) vs photo, {len(result['per_photo']['kept'][0])} crops (dB)"
+    )
+    for name, s in zip(names, result["kept"], strict=True):
+        paired = f"  paired vs first {s['paired']['mean']:+.2f}" if "paired" in s else ""
+        print(f"    {name:<{width}}  {s['mean']:6.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]{paired}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--weights", nargs="+", required=True, help="two or more weights files (the first is the base)"
+    )
+    parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("DERAIN_DATA", "../shared/data")))
+    parser.add_argument("--gallery", type=Path, help="write the gallery PNG here")
+    parser.add_argument("--gallery-rows", type=int, default=14, help="real photos in the gallery")
+    parser.add_argument("--height", type=int, default=200, help="gallery row height (pixels)")
+    parser.add_argument("--json", type=Path, help="write the result, per-photo values included, here")
+    args = parser.parse_args(argv)
+    names = args.names or [Path(w).name for w in args.weights]
+    if len(names) != len(args.weights):
+        parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
+    torch.set_grad_enabled(False)
+    models = load_candidates(args.weights)
+    result, picks, captions = measure(models, names, args.data, args.gallery_rows if args.gallery else 0)
+    print_table(result)
+    for message in result["skipped"]:
+        print(message, file=sys.stderr)
+    if args.gallery:
+        write_image_atomic(
+            args.gallery, gallery(picks, height=args.height, headers=["rainy", *names], captions=captions)
+        )
+        print(f"gallery: {args.gallery} ({len(picks)} rows)")
+    if args.json:
+        with atomic_output(args.json) as tmp:
+            tmp.write_text(json.dumps(result))
+    summary = {f"removed_{i}": s["mean"] for i, s in enumerate(result["removed"]["all real"])}
+    summary.update({f"kept_{i}": s["mean"] for i, s in enumerate(result["kept"])})
+    print("RESULT " + json.dumps({k: round(v, 3) for k, v in summary.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
