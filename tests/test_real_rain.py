@@ -1,0 +1,133 @@
+"""Measuring weights where there is no clean image, and the held-out heavy set: ``derain.synth.heldout``,
+``derain.inference.gallery`` and the benchmarks that compare weights (``benchmarks/real_rain.py``, ``heavy_val.py``)."""
+
+import importlib.util
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from helpers import SHARED_DATA, need_shared_data
+
+from derain.inference.gallery import change_levels, gallery
+from derain.synth.heldout import heldout_pairs
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark(name: str):
+    """A benchmark script imported as a module (they are scripts, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_heldout_pairs_put_each_layer_on_the_photo_by_plain_addition():
+    rng = np.random.default_rng(0)
+    layers = [rng.integers(0, 120, (6, 8, 3), dtype=np.uint8) for _ in range(3)]
+    photos = [
+        rng.integers(0, 255, (6, 8, 3), dtype=np.uint8),
+        rng.integers(0, 255, (8, 6, 3), dtype=np.uint8),
+    ]
+    pairs = heldout_pairs(layers, photos, per_photo=2, seed=3)
+    assert len(pairs) == 4 and [p.photo for p in pairs] == [0, 0, 1, 1]
+    assert len({p.layer for p in pairs[:2]}) == 2  # distinct layers on one photo
+    for pair in pairs:
+        layer = layers[pair.layer][:, ::-1] if pair.flip else layers[pair.layer]
+        expected = np.clip(pair.clean.astype(int) + np.roll(layer, pair.shift, axis=1), 0, 255)
+        np.testing.assert_array_equal(pair.rainy, expected)
+    # the portrait photo is turned to the layers' landscape orientation, its content unchanged
+    np.testing.assert_array_equal(pairs[2].clean, np.rot90(photos[1]))
+    again = heldout_pairs(layers, photos, per_photo=2, seed=3)
+    assert all(np.array_equal(a.rainy, b.rainy) for a, b in zip(pairs, again, strict=True))
+
+
+def test_heldout_pairs_refuse_more_layers_a_photo_than_there_are():
+    layer = np.zeros((4, 4, 3), np.uint8)
+    with pytest.raises(ValueError, match=r"per_photo must be in \[1, 1\]"):
+        heldout_pairs([layer], [layer], per_photo=2)
+    with pytest.raises(ValueError, match="needs rain layers and photos"):
+        heldout_pairs([], [layer])
+
+
+def test_change_levels_is_the_mean_absolute_change_in_8_bit_levels():
+    before = np.zeros((2, 2, 3), np.uint8)
+    after = before.copy()
+    after[0, 0] = 12  # 3 of 12 values change by 12: mean 3
+    assert change_levels(before, after) == 3.0
+    assert change_levels(after, before) == 3.0  # no uint8 wrap-around
+    with pytest.raises(ValueError, match="shapes differ"):
+        change_levels(before, before[:1])
+
+
+def test_gallery_scales_every_image_to_one_height_and_pads_rows_to_one_width():
+    wide, tall = np.zeros((50, 100, 3), np.uint8), np.zeros((100, 50, 3), np.uint8)
+    out = gallery([[wide, wide], [tall]], height=40, headers=["rainy", "A"], captions=["one", "two"], gap=2)
+    assert out.dtype == np.uint8 and out.ndim == 3
+    assert out.shape[1] == 2 * (80 + 2)  # the widest row: two 80-px images and their gaps
+    with pytest.raises(ValueError, match="at least one row"):
+        gallery([])
+
+
+def write_data(root: Path) -> None:
+    """A fake ``$DERAIN_DATA`` with the folders ``real_rain.py`` reads, photos of every mode and one broken file."""
+    rng = np.random.default_rng(0)
+    rain = root / "real-rainy" / "rain"
+    rain.mkdir(parents=True)
+    cv2.imwrite(str(rain / "grey.png"), rng.integers(0, 255, (40, 56), dtype=np.uint8))
+    cv2.imwrite(str(rain / "rgba.png"), rng.integers(0, 255, (36, 48, 4), dtype=np.uint8))
+    cv2.imwrite(str(rain / "deep.png"), rng.integers(0, 65535, (32, 40, 3), dtype=np.uint16))
+    (rain / "broken.png").write_bytes(b"not an image")
+    for sub in ("spa-samples/rain", "gtrain-webcam-pairs/rain", "clean/urban100-subset", "clean/kodak24"):
+        (root / sub).mkdir(parents=True)
+        cv2.imwrite(str(root / sub / "a.jpg"), rng.integers(0, 255, (48, 64, 3), dtype=np.uint8))
+
+
+def test_real_rain_compares_weights_skips_unreadable_photos_and_writes_a_gallery(
+    tmp_path, tiny_weights, capsys
+):
+    write_data(tmp_path / "data")
+    out = tmp_path / "out" / "gallery.png"
+    args = [
+        "--weights",
+        str(tiny_weights),
+        str(tiny_weights),
+        "--names",
+        "A",
+        "B",
+        "--data",
+        str(tmp_path / "data"),
+    ]
+    assert benchmark("real_rain").main([*args, "--gallery", str(out), "--height", "32"]) == 0
+    printed = capsys.readouterr()
+    assert "broken.png" in printed.err  # named and skipped
+    assert "all real" in printed.out and "rain-free kept" in printed.out
+    assert "paired vs first +0.00" in printed.out  # the same weights twice: no difference
+    image = cv2.imread(str(out))
+    assert image is not None and image.shape[1] > 3 * 32  # rainy | A | B
+    assert not list(out.parent.glob(".*"))  # nothing half-written left beside it
+
+
+def test_real_rain_names_a_weights_file_that_does_not_load_and_a_folder_without_images(
+    tmp_path, tiny_weights
+):
+    write_data(tmp_path / "data")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"garbage")
+    bench = benchmark("real_rain")
+    with pytest.raises(SystemExit, match=r"weights .*bad\.safetensors do not load"):
+        bench.main(["--weights", str(tiny_weights), str(bad), "--data", str(tmp_path / "data")])
+    for path in (tmp_path / "data" / "spa-samples" / "rain").iterdir():
+        path.unlink()
+    with pytest.raises(SystemExit, match=r"spa-samples/rain holds no images"):
+        bench.main(["--weights", str(tiny_weights), "--data", str(tmp_path / "data")])
+
+
+def test_heavy_val_holds_out_the_recipes_validation_layers_and_photos_no_pair_shows():
+    need_shared_data(SHARED_DATA / "rain100h-train-mini")
+    bench = benchmark("heavy_val")
+    donors = bench.heldout_heavy_pairs(SHARED_DATA)
+    names = [f"{rain.parent.parent.name}/{rain.name}" for rain, _ in donors]
+    assert sorted(names[:4]) == [f"rain100h-train-mini/{n}.png" for n in ("0004", "0005", "0013", "0015")]
+    assert names[4:] == [f"rain200h-test-samples/{n}.png" for n in (1, 2, 3)]
