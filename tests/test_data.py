@@ -205,7 +205,7 @@ def test_transplant_from_limits_the_rain_donors_and_never_uses_held_out_pairs(tm
     )
     dm.setup("fit")
     synthetic = dm.train_set.datasets[-1]
-    assert len(dm.val_pairs) == 1 and len(synthetic.pair_layers) == 5 - 1
+    assert len(dm.split.val) == 1 and len(synthetic.pair_layers) == 5 - 1
     everyone = DerainDataModule(**small_synthetic_data(tmp_path, tmp_path / "a", tmp_path / "b", **split))
     everyone.setup("fit")
     assert len(everyone.train_set.datasets[-1].pair_layers) == 5 - 1 + 3
@@ -231,7 +231,7 @@ def test_val_dirs_beside_val_from_validate_on_both(tmp_path: Path) -> None:
         )
     )
     both.setup("fit")
-    folders = sorted(rain.parent.parent.name for rain, _ in both.val_pairs)
+    folders = sorted(rain.parent.parent.name for rain, _ in both.split.val)
     assert folders == ["a", "a", "v", "v"]
     # the hold-out left training; the val_dirs pairs never joined
     assert len(both.train_set.datasets[0]) == 5 - 2
@@ -239,7 +239,7 @@ def test_val_dirs_beside_val_from_validate_on_both(tmp_path: Path) -> None:
         **small_synthetic_data(tmp_path, tmp_path / "a", val_dirs=(str(tmp_path / "v"),))
     )
     alone.setup("fit")  # val_dirs without val_from: those pairs only, every training pair trains
-    assert len(alone.val_pairs) == 2 and len(alone.train_set.datasets[0]) == 5
+    assert len(alone.split.val) == 2 and len(alone.train_set.datasets[0]) == 5
 
 
 def test_patches_larger_than_the_image_are_padded(tmp_path: Path) -> None:
@@ -471,8 +471,8 @@ def test_excluded_names_reach_only_their_own_folder(tmp_path: Path) -> None:
         )
     )
     dm.setup("fit")
-    dropped = sorted(str(clean.relative_to(tmp_path)) for _, clean in dm.excluded_pairs)
-    assert dropped == ["a/train/norain/2.png", "extra/norain/1.png"] and len(dm.train_pairs) == 9 - 2
+    dropped = sorted(str(clean.relative_to(tmp_path)) for _, clean in dm.split.excluded)
+    assert dropped == ["a/train/norain/2.png", "extra/norain/1.png"] and len(dm.split.train) == 9 - 2
     for text, match in [
         ("1\n", "bare pair names but there are 3"),
         ("train/1\n", "fits several"),
@@ -512,7 +512,7 @@ def test_synthetic_mode_needs_no_data_on_disk() -> None:
     dm.setup("fit")
     train_set = dm.train_set
     dm.setup("fit")  # idempotent
-    assert dm.train_set is train_set and dm.train_pairs == [] and dm.val_pairs == []
+    assert dm.train_set is train_set and dm.split.train == [] and dm.split.val == []
     batch = next(iter(dm.train_dataloader()))
     assert batch["rain"].shape == batch["clean"].shape == (4, 3, 32, 32)
     assert batch["rain"].dtype == torch.float32 and len(batch["name"]) == 4
@@ -545,10 +545,10 @@ def test_root_train_test_split_overlap_exclusion_and_transplant(tmp_path: Path) 
     pairs = dict(root=str(tmp_path / "root"), exclude_list=str(exclude), repeat=2, val_fraction=0.2)
     dm = DerainDataModule(pairs=PairSources(**pairs), **options)
     dm.setup()
-    assert [p[0].name for p in dm.excluded_pairs] == ["4.png"]
-    assert [p[0].name for p in dm.overlap_pairs] == ["1.png", "2.png", "3.png"]  # found by content
-    assert len(dm.val_pairs) == 1 and len(dm.train_pairs) == 5
-    assert not {p[0] for p in dm.val_pairs} & {p[0] for p in dm.train_pairs}
+    assert [p[0].name for p in dm.split.excluded] == ["4.png"]
+    assert [p[0].name for p in dm.split.test_overlap] == ["1.png", "2.png", "3.png"]  # found by content
+    assert len(dm.split.val) == 1 and len(dm.split.train) == 5
+    assert not {p[0] for p in dm.split.val} & {p[0] for p in dm.split.train}
     assert len(dm.train_set) == 5 * 2 + 5
     assert len(dm.test_pairs) == 3
     assert next(iter(dm.val_dataloader()))["rain"].shape == (1, 3, 24, 32)
@@ -565,7 +565,7 @@ def test_root_train_test_split_overlap_exclusion_and_transplant(tmp_path: Path) 
         )
     kept = DerainDataModule(pairs=PairSources(**pairs, drop_test_overlap=False), **options)
     kept.setup("fit")
-    assert kept.overlap_pairs == [] and len(kept.train_pairs) + len(kept.val_pairs) == 9
+    assert kept.split.test_overlap == [] and len(kept.split.train) + len(kept.split.val) == 9
 
 
 def test_root_without_train_folder_is_named(tmp_path: Path) -> None:
@@ -578,8 +578,8 @@ def test_real_rain100h_pairs_with_workers() -> None:
     need_shared_data(RAIN100H_MINI)
     dm = DerainDataModule(pairs=PairSources(train_dirs=(str(RAIN100H_MINI),)), patch_size=64, batch_size=4)
     dm.setup("fit")
-    assert len(dm.train_pairs) + len(dm.val_pairs) == len(find_pairs(RAIN100H_MINI))
-    assert len(dm.val_pairs) >= 1
+    assert len(dm.split.train) + len(dm.split.val) == len(find_pairs(RAIN100H_MINI))
+    assert len(dm.split.val) >= 1
     batches = list(itertools.islice(dm.train_dataloader(), 3))
     assert all(b["rain"].shape == (4, 3, 64, 64) for b in batches)
     # Rain100H is heavy rain: the rainy input is far from the clean image.
@@ -619,12 +619,12 @@ def test_clean_photos_that_show_a_held_out_or_test_image_are_dropped(tmp_path: P
         num_workers=0,
     )
     dm.setup("fit")
-    held = {p[1].name for p in dm.val_pairs}
-    assert len(held) == 2 and dm.dropped_photos == 3  # the two held-out backgrounds and the test one
-    kept = {content_signature(im).tobytes() for im in dm.clean_images}
+    held = {p[1].name for p in dm.split.val}
+    assert len(held) == 2 and dm.pool.dropped_photos == 3  # the two held-out backgrounds and the test one
+    kept = {content_signature(im).tobytes() for im in dm.pool.photos}
     for name in [*held, "9.png"]:
         assert content_signature(np.ascontiguousarray(np.rot90(_photo(int(name[0]))))).tobytes() not in kept
-    assert len(dm.clean_images) == 3
+    assert len(dm.pool.photos) == 3
 
 
 def test_each_kind_of_dataset_and_each_rank_draws_its_own_stream(tmp_path: Path) -> None:
@@ -646,7 +646,7 @@ def test_exclude_list_names_that_match_nothing_are_reported(tmp_path: Path, capl
     dm = DerainDataModule(**small_synthetic_data(tmp_path, tmp_path / "a", **options))
     with caplog.at_level("WARNING"):
         dm.setup("fit")
-    assert len(dm.excluded_pairs) == 1 and "no pair named 7" in caplog.text
+    assert len(dm.split.excluded) == 1 and "no pair named 7" in caplog.text
 
 
 def test_procedural_styles_pick_the_rain_and_are_checked(tmp_path: Path) -> None:
@@ -695,14 +695,14 @@ def test_val_from_holds_out_a_seeded_share_of_each_folder(tmp_path: Path) -> Non
     split = dict(val_from=tuple(str(f) for f in folders), val_fraction=0.2)
     both = DerainDataModule(**small_synthetic_data(tmp_path, *folders, **split))
     both.setup("fit")
-    held = sorted((r.parent.parent.name, r.name) for r, _ in both.val_pairs)
+    held = sorted((r.parent.parent.name, r.name) for r, _ in both.split.val)
     assert [f for f, _ in held].count("heavy") == 2 and [f for f, _ in held].count("light") == 4
-    assert not {r for r, _ in both.val_pairs} & {r for r, _ in both.train_pairs}
+    assert not {r for r, _ in both.split.val} & {r for r, _ in both.split.train}
     # a val_from folder that does not train gives the same share to validation, and nothing to training
     heavy_only = DerainDataModule(**small_synthetic_data(tmp_path, tmp_path / "heavy", **split))
     heavy_only.setup("fit")
-    assert sorted((r.parent.parent.name, r.name) for r, _ in heavy_only.val_pairs) == held
-    assert {r.parent.parent.name for r, _ in heavy_only.train_pairs} == {"heavy"}
+    assert sorted((r.parent.parent.name, r.name) for r, _ in heavy_only.split.val) == held
+    assert {r.parent.parent.name for r, _ in heavy_only.split.train} == {"heavy"}
     # validation items name their data set, so validation can report each apart
     assert sorted({item["set"] for item in both.val_set}) == ["heavy", "light"]
     assert {both.train_set[i]["set"] for i in range(len(both.train_set))} <= {"", "heavy", "light"}
@@ -718,10 +718,10 @@ def test_training_pairs_showing_a_validation_background_leave_training(tmp_path:
         )
     )
     dm.setup("fit")
-    held = sorted(r.name for r, _ in dm.val_pairs)
-    assert len(held) == 2 and sorted(r.name for r, _ in dm.val_background_pairs) == held
-    assert {r.parent.parent.name for r, _ in dm.val_background_pairs} == {"b"}
-    assert len(dm.train_pairs) == 10 - 2 - 2
+    held = sorted(r.name for r, _ in dm.split.val)
+    assert len(held) == 2 and sorted(r.name for r, _ in dm.split.val_background) == held
+    assert {r.parent.parent.name for r, _ in dm.split.val_background} == {"b"}
+    assert len(dm.split.train) == 10 - 2 - 2
     assert "dropped 2 of 8 training pairs whose clean image shows a validation image" in caplog.text
 
 

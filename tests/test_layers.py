@@ -201,3 +201,13 @@ def test_restoring_a_photo_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_split_imports_no_augmentation_library() -> None:
+    """``derain.data.split`` is pure bookkeeping of files: it loads neither albumentations nor kornia."""
+    code = (
+        "import sys, derain.data.split\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('albumentations', 'kornia'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -44,8 +44,8 @@ def test_the_model_card_hold_out_is_what_the_recipe_holds_out(monkeypatch: pytes
     synthesis = Synthesis(**{**data["synthesis"], "length": 8, "transplant_prob": 0.0})
     dm = DerainDataModule(pairs=PairSources(**data["pairs"]), synthesis=synthesis, num_workers=0)
     dm.setup("fit")
-    assert {pair_name(clean) for _, clean in dm.val_pairs} == HELD_OUT
-    assert not HELD_OUT & {pair_name(clean) for _, clean in dm.train_pairs}
+    assert {pair_name(clean) for _, clean in dm.split.val} == HELD_OUT
+    assert not HELD_OUT & {pair_name(clean) for _, clean in dm.split.train}
 
 
 @pytest.mark.data

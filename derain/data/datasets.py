@@ -15,16 +15,13 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from derain.io import ImageReadError, read_rgb, to_tensor
-from derain.pairing import DataError, pair_name
+from derain.pairing import DataError, Pair, pair_name
 from derain.synth import add_rain, transplant_layers
 
 from .options import Synthesis
 from .transforms import Seeded, crop_transform
 
-__all__ = ["Pair", "PairedDataset", "SyntheticRainDataset"]
-
-Pair = tuple[Path, Path]
-"""(rainy image, clean image)."""
+__all__ = ["PairedDataset", "SyntheticRainDataset"]
 
 
 class PairedDataset(Seeded, Dataset):
