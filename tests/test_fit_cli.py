@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from derain.fit import ConfigNotFoundError, resolve_config_args
+from derain.cli import main as derain_main
+from derain.fit import ConfigNotFoundError, Start, how_to_start, resolve_config_args
 from derain.fit import main as fit_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,3 +74,24 @@ def test_the_usage_line_names_the_module(capsys):
     with pytest.raises(SystemExit):
         fit_main(["--help"])
     assert capsys.readouterr().out.startswith("usage: python -m derain.fit ")
+
+
+def test_how_a_run_starts_is_one_function_of_its_options(tmp_path: Path) -> None:
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert how_to_start("auto", None, last) == Start()  # afresh
+    assert how_to_start("auto", "w.safetensors", last) == Start(fine_tune_from="w.safetensors")
+    assert how_to_start("never", "w.safetensors", last) == Start(fine_tune_from="w.safetensors")
+    last.parent.mkdir()
+    last.touch()
+    # a run that resumes takes its weights from the checkpoint: init_weights is not read
+    assert how_to_start("auto", "w.safetensors", last) == Start(resume_from=str(last), found_last=True)
+    assert how_to_start("never", None, last) == Start()
+    assert how_to_start("other.ckpt", "w.safetensors", last) == Start(resume_from="other.ckpt")
+
+
+def test_the_command_line_is_read_not_rewritten(monkeypatch, capsys) -> None:
+    argv = ["derain", "fit", "--config", "synthetic.yaml", "--print_config"]
+    monkeypatch.setattr(sys, "argv", list(argv))
+    with pytest.raises(SystemExit):
+        derain_main(argv[1:])
+    assert sys.argv == argv and "trainer:" in capsys.readouterr().out
