@@ -1,4 +1,4 @@
-"""Train a deraining network: ``python -m derain.fit --config rain100h.yaml``.
+"""Train a deraining network: ``derain fit --config rain100h.yaml`` (or ``python -m derain.fit ...``).
 
 A config name that is not a file here is looked up among the configs that ship with derain (``configs/`` of
 the source tree, ``derain/configs`` once installed), from any working directory. Every option is configuration

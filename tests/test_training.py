@@ -149,7 +149,7 @@ def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
     )
     assert proc.returncode == 2
     assert str(tmp_path / "nowhere") in proc.stderr
-    assert "train/{rain,norain}" in proc.stderr and "configs/synthetic.yaml" in proc.stderr
+    assert "train/{rain,norain}" in proc.stderr and "derain fit --config configs/synthetic.yaml" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

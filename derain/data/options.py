@@ -48,7 +48,7 @@ def _expand(name: str, folder: str) -> str:
     if left:
         raise DataError(
             f"{name}: {folder} uses ${left.group(1)}, which is not set; set it to the folder that holds the data "
-            f"sets, e.g. {DATA_VARIABLE}=../shared/data python -m derain.fit ..."
+            f"sets, e.g. {DATA_VARIABLE}=../shared/data derain fit ..."
         )
     return expanded
 
@@ -106,7 +106,7 @@ class PairSources:
             raise DataError(
                 f"data root {self.root} {what}; expected ROOT/train/{{rain,norain}}/ and ROOT/test/{{rain,norain}}/ "
                 "(see datasets/README.md for Rain100H), or train with no data on disk: "
-                "python -m derain.fit --config configs/synthetic.yaml"
+                "derain fit --config configs/synthetic.yaml"
             )
         if self.exclude_list is not None and not Path(self.exclude_list).is_file():
             raise DataError(
