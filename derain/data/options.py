@@ -151,7 +151,7 @@ class Synthesis:
         composite_beta: how rain is put on a photo, ``clean + layer · (1 − β · clean)`` (``derain.synth.
             composite``), for transplanted and procedural rain alike; the pairs' layers are recovered under
             the same model (``derain.synth.recover_layer``). Default ``COMPOSITE_BETA`` (0.62), fitted to
-            Rain100H; 0 is plain addition with ``clip(rainy − clean)`` layers, as before it was fitted.
+            Rain100H; 0 is plain addition, with ``clip(rainy − clean)`` layers.
         rain_free_prob: share of synthetic samples left without rain (input = target), so the network learns to
             leave rain-free content, its brightness included, as it is.
         procedural_styles: the procedural rain's styles (``derain.synth.RAIN_STYLES``), one drawn per sample:
