@@ -5,7 +5,7 @@
 - each module sits in a layer and imports only its own layer or those below (``models`` nothing of derain outside
   itself; ``data`` and ``train`` never the commands);
 - restoring a photo, synthesising rain, reading weights never import Lightning, gradio or argparse;
-- no module is longer than 500 lines.
+- no module is longer than 500 lines, no function body longer than 80 (its docstring aside).
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ NO_FRAMEWORKS += ("derain.weights", "derain.synth", "derain.inference", "derain.
 FRAMEWORKS = {"lightning", "pytorch_lightning", "gradio", "argparse", "jsonargparse"}
 
 MAX_LINES = 500
+
+MAX_BODY_LINES = 80
+"""A function's body, its docstring excluded: one screen."""
 
 
 def module_files() -> dict[str, Path]:
@@ -183,6 +186,29 @@ def test_no_module_is_longer_than_500_lines() -> None:
         str(path.relative_to(PACKAGE.parent)): n
         for path in PACKAGE.rglob("*.py")
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, long
+
+
+def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines from the first statement after the docstring to the end of the function."""
+    body = node.body
+    if (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        body = body[1:]
+    return body[-1].end_lineno - body[0].lineno + 1 if body else 0
+
+
+def test_no_function_body_is_longer_than_80_lines() -> None:
+    long = {
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}": n
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (n := body_lines(node)) > MAX_BODY_LINES
     }
     assert not long, long
 
