@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY
 
 PACKAGE = Path(__file__).resolve().parents[1] / "derain"
 
@@ -221,7 +222,7 @@ def test_restoring_a_photo_imports_no_framework() -> None:
         "import derain.inference, derain.synth, derain.weights, derain.data.split, derain.data.options\n"
         "from derain import restore\n"
         "from derain.models import DerainNet\n"
-        "net = DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(('tksa',),)).eval()\n"
+        f"net = DerainNet(**{TINY!r}).eval()\n"
         "restore(net, np.zeros((16, 16, 3), np.uint8))\n"
         "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'gradio') if m in sys.modules))\n"
     )
