@@ -2,9 +2,8 @@
 
 The real pairs are split by ``derain.data.split.split_pairs`` (kept as ``split``); the photos and layers of
 synthetic rain are ``derain.data.pool.synthetic_pool``'s (kept as ``pool``); the datasets are
-``derain.data.datasets``'. With
-``synthesis.render_on_device`` the procedural rain of a training batch is drawn where the batch is
-(``derain.synth.BatchRain``), after the transfer.
+``derain.data.datasets``'. With ``synthesis.render_on_device`` the procedural rain of a training batch is drawn
+where the batch is (``derain.synth.BatchRain``), after the transfer.
 """
 
 from __future__ import annotations
