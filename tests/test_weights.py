@@ -89,24 +89,38 @@ def test_export_errors_name_the_file(tmp_path):
         read_checkpoint_net(other)
 
 
-def test_unusable_files_are_errors_naming_the_file(tmp_path: Path) -> None:
-    with pytest.raises(WeightsNotFoundError, match=r"weights file .*nope\.safetensors does not exist"):
-        load_net(tmp_path / "nope.safetensors")
-    (tmp_path / "empty.safetensors").write_bytes(b"")
-    with pytest.raises(WeightsError, match=r"empty\.safetensors: the weights file is empty"):
-        load_net(tmp_path / "empty.safetensors")
-    (tmp_path / "junk.safetensors").write_bytes(b"not safetensors")
-    with pytest.raises(WeightsError, match=r"junk\.safetensors: not a readable safetensors file"):
-        load_net(tmp_path / "junk.safetensors")
-    save_file({"w": torch.zeros(1)}, str(tmp_path / "other.safetensors"), metadata={"format": "other"})
-    with pytest.raises(WeightsError, match=r"other\.safetensors: metadata 'format' is 'other', expected"):
-        load_net(tmp_path / "other.safetensors")
-    (tmp_path / "net.onnx").write_bytes(b"onnx")
-    with pytest.raises(WeightsError, match=r"net\.onnx: an ONNX file runs with backend onnxruntime"):
-        load_net(tmp_path / "net.onnx")
-    (tmp_path / "net.bin").write_bytes(b"bin")
-    with pytest.raises(WeightsError, match=r"net\.bin: unknown weights suffix '\.bin'"):
-        load_net(tmp_path / "net.bin")
+def write_other_format(path: Path) -> None:
+    save_file({"w": torch.zeros(1)}, str(path), metadata={"format": "other"})
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "error", "match"),
+    [
+        ("nope.safetensors", None, WeightsNotFoundError, r"weights file .*nope\.safetensors does not exist"),
+        ("empty.safetensors", b"", WeightsError, r"empty\.safetensors: the weights file is empty"),
+        ("junk.safetensors", b"junk", WeightsError, r"junk\.safetensors: not a readable safetensors file"),
+        (
+            "other.safetensors",
+            write_other_format,
+            WeightsError,
+            r"other\.safetensors: metadata 'format' is 'other'",
+        ),
+        ("net.onnx", b"onnx", WeightsError, r"net\.onnx: an ONNX file runs with backend onnxruntime"),
+        ("net.bin", b"bin", WeightsError, r"net\.bin: unknown weights suffix '\.bin'"),
+    ],
+    ids=["missing", "empty", "junk", "other-format", "onnx", "unknown-suffix"],
+)
+def test_unusable_files_are_errors_naming_the_file(tmp_path: Path, name, content, error, match) -> None:
+    path = tmp_path / name
+    if callable(content):
+        content(path)
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(error, match=match):
+        load_net(path)
+
+
+def test_weights_that_do_not_fit_their_record_are_an_error_naming_the_file(tmp_path: Path) -> None:
     path = save_net(tiny_net(), tmp_path / "net.safetensors")
     with safe_open(str(path), framework="pt") as f:
         state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
