@@ -44,15 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().parse_args(argv)  # argparse answers and exits
         return 2
     name, rest = argv[0], argv[1:]
-    module = importlib.import_module(f"derain.{name}")
-    if name != "fit":
-        return module.main(rest, prog=f"derain {name}")
-    saved = sys.argv[:]
-    sys.argv[1:] = rest  # LightningCLI reads the command line itself (and warns when given it twice)
-    try:
-        return module.main(None, prog="derain fit")
-    finally:
-        sys.argv[:] = saved
+    return importlib.import_module(f"derain.{name}").main(rest, prog=f"derain {name}")
 
 
 if __name__ == "__main__":

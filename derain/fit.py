@@ -1,4 +1,4 @@
-"""Train a deraining network: ``python -m derain.fit --config rain100h.yaml``.
+"""Train a deraining network: ``derain fit --config rain100h.yaml`` (or ``python -m derain.fit ...``).
 
 A config name that is not a file here is looked up among the configs that ship with derain (``configs/`` of
 the source tree, ``derain/configs`` once installed), from any working directory. Every option is configuration
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,7 +27,15 @@ from derain.resources import shipped_folder
 from derain.train import DerainLitModule, LastCheckpoint, NonFiniteLossError, last_checkpoint
 from derain.weights import WeightsError, export_checkpoint
 
-__all__ = ["DerainCLI", "ConfigNotFoundError", "bundled_config_dir", "resolve_config_args", "main"]
+__all__ = [
+    "ConfigNotFoundError",
+    "DerainCLI",
+    "Start",
+    "bundled_config_dir",
+    "main",
+    "resolve_config_args",
+    "how_to_start",
+]
 
 PROG = "python -m derain.fit"
 
@@ -87,8 +96,42 @@ def resolve_config_args(args: list[str], configs: Path | None = None) -> list[st
     return out
 
 
+@dataclass(frozen=True)
+class Start:
+    """How a run begins: afresh (both None), resuming from a checkpoint, or fine-tuning from weights."""
+
+    resume_from: str | None = None
+    """The checkpoint whose weights, optimizer, schedule and step the run continues (``ckpt_path``)."""
+    fine_tune_from: str | None = None
+    """The weights the network starts from (``--model.init_weights``)."""
+    found_last: bool = False
+    """``resume_from`` is the run's own ``last.ckpt``, found by ``--resume auto``."""
+
+
+def how_to_start(resume: str, init_weights: str | None, last: Path) -> Start:
+    """How a run with these options begins (``--resume``, ``--model.init_weights``).
+
+    A run resumes from ``--resume PATH``, or with ``--resume auto`` from its ``last.ckpt`` when that exists; a run
+    that resumes takes its weights from the checkpoint and never reads ``init_weights`` (the file may be gone or
+    the path relative to another folder by now). Otherwise it fine-tunes from ``init_weights``, or starts afresh.
+
+    Args:
+        resume: ``"auto"``, ``"never"`` or a checkpoint path.
+        init_weights: the weights to fine-tune from, or None.
+        last: the run's ``last.ckpt`` (``derain.train.last_checkpoint``).
+    """
+    if resume not in ("auto", "never"):
+        return Start(resume_from=resume)
+    if resume == "auto" and last.is_file():
+        return Start(resume_from=str(last), found_last=True)
+    return Start(fine_tune_from=init_weights)
+
+
 class DerainCLI(LightningCLI):
-    """LightningCLI with a best/last checkpoint callback, automatic resume and export."""
+    """LightningCLI with a best checkpoint callback, ``last.ckpt`` beside it, automatic resume and export.
+
+    The command line it parses is the ``args`` it is given (``run`` reads ``sys.argv`` once, and never writes it).
+    """
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -102,6 +145,14 @@ class DerainCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
                 "checkpoint.save_on_train_epoch_end": False,
             }
+        )
+        # Lightning's save_last only writes last when a top-k checkpoint was written at the same step, which would
+        # make a resumed run lose progress: LastCheckpoint rewrites last.ckpt after every validation
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
+        parser.link_arguments(
+            ("checkpoint.dirpath", "trainer.default_root_dir"),
+            "last_checkpoint.path",
+            compute_fn=last_checkpoint,
         )
         parser.add_argument(
             "--resume",
@@ -123,31 +174,29 @@ class DerainCLI(LightningCLI):
             "data.pairs.test_dirs) if there is one, and print the table",
         )
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: list[str] | None) -> None:
+        """Parse ``args``: the command line, read once by ``run`` (no warning that ``sys.argv`` has arguments)."""
+        self.config = parser.parse_args(args)
+
     def before_instantiate_classes(self) -> None:
-        # A run that resumes from its last.ckpt gets its weights from there: don't read init_weights (the file
-        # may be gone or the path relative to another folder by now).
+        """Decide how the run begins (:func:`how_to_start`), once; a resumed run does not read ``init_weights``."""
         config = self.config
-        if config.model.get("init_weights") is None or config.get("resume") == "never":
-            return
-        last = last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
-        if config.get("resume", "auto") != "auto" or last.is_file():
-            print(f"Resuming: --model.init_weights {config.model.init_weights} is not read", flush=True)
+        self.last = last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
+        init_weights = config.model.get("init_weights")
+        self.start = how_to_start(config.get("resume", "auto"), init_weights, self.last)
+        if self.start.resume_from is not None and init_weights is not None:
+            print(f"Resuming: --model.init_weights {init_weights} is not read", flush=True)
             config.model.init_weights = None
 
 
 def _checkpoint_callback(trainer) -> ModelCheckpoint:
-    """The best-by-metric checkpoint callback, with its folder settled, plus a ``last.ckpt`` saver beside it.
-
-    Lightning's own ``save_last`` only writes ``last`` when a top-k checkpoint was written at the same step, which
-    would make a resumed run lose progress; ``derain.train.LastCheckpoint`` rewrites ``last.ckpt`` after every
-    validation.
-    """
+    """The best-by-metric checkpoint callback, its folder settled: ``<default_root_dir>/checkpoints`` by default,
+    where ``last.ckpt`` is (``last_checkpoint``)."""
     callback = trainer.checkpoint_callback
     if callback is None:
         raise RuntimeError("no ModelCheckpoint callback configured")
     if callback.dirpath is None:
         callback.dirpath = str(Path(trainer.default_root_dir) / "checkpoints")
-    trainer.callbacks.append(LastCheckpoint(last_checkpoint(callback.dirpath, trainer.default_root_dir)))
     return callback
 
 
@@ -187,10 +236,7 @@ def format_test_table(
 
 def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     torch.set_float32_matmul_precision("high")
-    if args is None:  # LightningCLI reads sys.argv itself (and warns when given it as args)
-        sys.argv[1:] = resolve_config_args(sys.argv[1:])
-    else:
-        args = resolve_config_args(list(args))
+    args = resolve_config_args(sys.argv[1:] if args is None else list(args))
     cli = DerainCLI(
         DerainLitModule,
         DerainDataModule,
@@ -203,19 +249,13 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     trainer = cli.trainer
     callback = _checkpoint_callback(trainer)
     run_dir = Path(trainer.default_root_dir)
-    resume = cli.config.get("resume", "auto")
-    ckpt_path = None
-    last = last_checkpoint(callback.dirpath, trainer.default_root_dir)
-    if resume == "auto" and last.is_file():
+    last = cli.last
+    if cli.start.found_last and trainer.is_global_zero:
         step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
-        ckpt_path = str(last)
-        if trainer.is_global_zero:
-            print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
-    elif resume not in ("auto", "never"):
-        ckpt_path = resume
+        print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
     sigint = signal.getsignal(signal.SIGINT)
     try:
-        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.start.resume_from)
     except SystemExit:  # Lightning exits with status 1 after a graceful Ctrl+C; ours is 130, with a hint
         if not trainer.interrupted:
             raise

@@ -30,6 +30,7 @@ __all__ = [
     "DataError",
     "LAYOUTS",
     "Matching",
+    "Pair",
     "canonical_name",
     "check_pairs",
     "find_pairs",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 Pair = tuple[Path, Path]
+"""(rainy image, clean image)."""
 
 LAYOUTS = (
     "DIR/rain/NAME + DIR/norain/NAME (also rain/rain-1.png + norain/norain-1.png, rain/X2/NAMEx2.png)",

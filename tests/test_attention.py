@@ -197,7 +197,7 @@ def test_agent_bias_cache_follows_parameter_updates():
 
 
 def test_tksa_ratios_validated():
-    with pytest.raises(AssertionError, match="divisible"):
+    with pytest.raises(ValueError, match="divisible"):
         TopKSparseAttention(10, 3)
     with pytest.raises(ValueError, match="ratios"):
         TopKSparseAttention(8, 1, ratios=(0.0,))

@@ -1,7 +1,7 @@
 """``model.compile``: the compiled training step computes what the eager one does, and trains through derain.fit.
 
-One small network is compiled once for the module (inductor builds C++ kernels: tens of seconds on 2 cores, less
-when its cache under ``$TORCHINDUCTOR_CACHE_DIR`` holds the graphs).
+The shared tiny network (``helpers.TINY``: every op the shipped network has) is compiled, here and in the fit run on
+the same batch shape, so inductor's cache under ``$TORCHINDUCTOR_CACHE_DIR`` serves its graph to both.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from helpers import TINY_NET, tiny_net
 from safetensors.torch import load_file
 
 from derain.fit import main as fit_main
-from derain.models import DerainNet
 from derain.train import DerainLitModule, charbonnier_loss, lit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,12 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 needs_compiler = pytest.mark.skipif(
     lit._cpp_compiler() is None, reason="torch.compile on a CPU needs a C++ compiler (g++ or clang++)"
 )
-
-
-def small_net() -> DerainNet:
-    """``TINY_NET``: both mixers, agent biases and the depthwise conv of V, top-k (every op the shipped network
-    has). The fit test below trains the same network on the same batch shape: inductor's cache serves its graph."""
-    return tiny_net().train()
 
 
 def step_grads(module: torch.nn.Module, params, x, y):
@@ -41,8 +34,8 @@ def step_grads(module: torch.nn.Module, params, x, y):
 @pytest.mark.slow
 @needs_compiler
 def test_the_compiled_step_matches_eager_outputs_and_gradients():
-    eager = small_net()
-    compiled = small_net()
+    eager = tiny_net().train()
+    compiled = tiny_net().train()
     compiled.load_state_dict(eager.state_dict())
     module = DerainLitModule(compiled, compile=True)  # puts the network in channels-last, as training does
     eager.to(memory_format=torch.channels_last)
@@ -66,6 +59,7 @@ def test_the_compiled_step_matches_eager_outputs_and_gradients():
             assert err < 1e-3, f"{name}: compiled gradient differs by {err:.2e} of its largest value"
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_a_run_with_compile_trains_validates_and_exports(tmp_path):
     args = [
@@ -94,6 +88,6 @@ def test_a_run_with_compile_trains_validates_and_exports(tmp_path):
 def test_compile_without_a_cpp_compiler_is_refused_before_training(monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    module = DerainLitModule(small_net(), compile=True)
+    module = DerainLitModule(tiny_net().train(), compile=True)
     with pytest.raises(RuntimeError, match=r"model\.compile needs a C\+\+ compiler"):
         module.on_fit_start()

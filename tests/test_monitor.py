@@ -61,6 +61,7 @@ def test_ratio_weight_logs_use_the_weights_as_applied():
     assert all(v == pytest.approx(0.25) for v in logs.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ema_decay", [0.0, 0.9])  # with a moving average, validation runs (and logs) that
 def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path, ema_decay):
     torch.manual_seed(0)

@@ -82,8 +82,12 @@ def test_learned_agents_are_a_parameter_independent_of_the_input(monkeypatch):
         attn(torch.randn(1, 16, 9, 14))
         attn(torch.randn(1, 16, 20, 6) * 3)
     assert torch.equal(seen[0], seen[1]) and torch.equal(seen[0], attn.agent_tokens)
-    with pytest.raises(AssertionError, match="perfect square"):
+    with pytest.raises(ValueError, match="perfect square"):
         AgentAttention(16, 2, agents=10)  # pooled agents need a square grid
+    with pytest.raises(ValueError, match="at least 1"):
+        AgentAttention(16, 2, agents=0)
+    with pytest.raises(ValueError, match="divisible"):
+        AgentAttention(10, 3)
     with pytest.raises(ValueError, match="agent_source"):
         AgentAttention(16, 2, agent_source="random")
 

@@ -145,7 +145,7 @@ def test_a_weights_file_never_makes_derain_import_code() -> None:
 
 
 def test_huge_sizes_in_a_record_are_refused_before_any_allocation(tmp_path: Path) -> None:
-    net = DerainNet(dim=8, blocks=(1,), heads=(1,), mixers=(("tksa",),))
+    net = DerainNet(**TINY)
     record = {**network_record(net), "init_args": {**net.init_args, "dim": 4_000_000}}  # ~TBs if allocated
     save_file(
         {k: v.contiguous() for k, v in net.state_dict().items()},

@@ -1,70 +1,131 @@
-"""The shipped weights really derain: on rain rendered over a photo that ships with scikit-image (always), and on
-real pairs the weights never trained on (when ``../shared/data`` is present; see MODEL_CARD.md)."""
+"""``derain.weights``, the one owner of weights files: the format (record + tensors in a safetensors file), saving,
+exporting a checkpoint, loading to an ``nn.Module``, the packaged file, and errors that name the file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-import yaml
-from helpers import SHARED_DATA, need_shared_data
+import torch
+from helpers import TINY, tiny_net
+from safetensors import safe_open
+from safetensors.torch import save_file
 
-from derain.data import DerainDataModule, PairSources, Synthesis
-from derain.evaluate import evaluate, score_pair, summarize
-from derain.inference import load_model, restore
-from derain.models import DerainNet
-from derain.pairing import pair_name
-from derain.synth import add_rain, builtin_clean_images
-
-REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "configs" / "derain-small" / "stage1.yaml"
-# The Rain100H pairs that the recipe holds out (seeded); MODEL_CARD.md scores the model on them.
-HELD_OUT = {"0004", "0005", "0013", "0015"}
-
-
-@pytest.fixture(scope="module")
-def shipped() -> DerainNet:
-    return load_model(device="cpu")
-
-
-@pytest.mark.parametrize(("style", "gain"), [("light", 0.0), ("heavy", 2.0)])
-def test_shipped_weights_derain_a_builtin_photo(shipped: DerainNet, style: str, gain: float) -> None:
-    clean = builtin_clean_images()[0][128:384, 128:384]  # the astronaut, 256×256
-    rainy = np.round(add_rain(clean, np.random.default_rng(1), style, beta=0.0) * 255).astype(np.uint8)
-    before, after = score_pair(rainy, clean)["psnr_y"], score_pair(restore(shipped, rainy), clean)["psnr_y"]
-    assert after > before + gain, f"{style} rain: PSNR-Y {before:.2f} -> {after:.2f} dB"
-
-
-@pytest.mark.data
-def test_the_model_card_hold_out_is_what_the_recipe_holds_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    need_shared_data()
-    monkeypatch.setenv("DERAIN_DATA", str(SHARED_DATA))
-    data = yaml.safe_load(RECIPE.read_text())["data"]
-    synthesis = Synthesis(**{**data["synthesis"], "length": 8, "transplant_prob": 0.0})
-    dm = DerainDataModule(pairs=PairSources(**data["pairs"]), synthesis=synthesis, num_workers=0)
-    dm.setup("fit")
-    assert {pair_name(clean) for _, clean in dm.val_pairs} == HELD_OUT
-    assert not HELD_OUT & {pair_name(clean) for _, clean in dm.train_pairs}
-
-
-@pytest.mark.data
-@pytest.mark.parametrize(
-    ("folder", "names", "gain"),
-    [
-        ("rain100h-train-mini", HELD_OUT, 8.0),  # heavy rain, held out of training
-        ("rain200l-samples", None, 0.0),  # light rain, never trained on: no harm
-        ("spa-samples", None, 2.0),  # real rain, never trained on
-    ],
+from derain.models import network_record
+from derain.weights import (
+    CHECKPOINT_KEY,
+    FORMAT,
+    WeightsError,
+    WeightsNotFoundError,
+    export_checkpoint,
+    load_net,
+    packaged_weights,
+    read_checkpoint_net,
+    resolve,
+    save_net,
 )
-@pytest.mark.slow
-def test_shipped_weights_on_unseen_real_pairs(
-    shipped: DerainNet, folder: str, names: set[str] | None, gain: float
-) -> None:
-    need_shared_data()
-    rows, _, problems = evaluate(
-        SHARED_DATA / folder / "rain", SHARED_DATA / folder / "norain", model=shipped, names=names
-    )
-    assert not problems and rows
-    mean = summarize(rows)
-    assert mean["psnr_y"] > mean["input_psnr_y"] + gain, f"{folder}: {mean}"
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_a_weights_file_is_the_record_and_the_tensors(tmp_path: Path) -> None:
+    net = tiny_net(seed=1)
+    path = save_net(net, tmp_path / "net.safetensors", extra={"source": "test"})
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+        keys = set(f.keys())
+    assert meta["format"] == FORMAT == "derain-net-v2" and meta["source"] == "test"
+    record = json.loads(meta["net"])
+    assert record == network_record(net) and record["init_args"]["dim"] == TINY["dim"]
+    assert keys == set(net.state_dict())
+    assert not list(tmp_path.glob("*.tmp*"))  # written atomically: nothing left beside it
+
+
+def test_save_then_load_gives_the_same_network(tmp_path: Path) -> None:
+    net = tiny_net(seed=2)
+    loaded = load_net(save_net(net, tmp_path / "net.safetensors"))
+    assert type(loaded) is type(net) and loaded.init_args == net.init_args and same_weights(loaded, net)
+    x = torch.rand(1, 3, 20, 28)
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(x), net(x))
+
+
+def test_a_checkpoint_exports_its_moving_average_or_its_weights(tmp_path: Path) -> None:
+    net, ema = tiny_net(seed=3), tiny_net(seed=4)
+    plain = {f"net.{k}": v for k, v in net.state_dict().items()}
+    torch.save({"state_dict": plain, CHECKPOINT_KEY: network_record(net)}, tmp_path / "plain.ckpt")
+    state, record = read_checkpoint_net(tmp_path / "plain.ckpt")
+    assert record == network_record(net) and state.keys() == net.state_dict().keys()
+    both = plain | {f"ema.{k}": v for k, v in ema.state_dict().items()}
+    torch.save({"state_dict": both, CHECKPOINT_KEY: network_record(net)}, tmp_path / "both.ckpt")
+    out = export_checkpoint(tmp_path / "both.ckpt", tmp_path / "both.safetensors")
+    assert same_weights(load_net(out), ema)  # the average is what the run validated
+    with safe_open(str(out), framework="pt") as f:
+        assert f.metadata()["source"] == "both.ckpt"
+    assert same_weights(load_net(tmp_path / "plain.ckpt"), net)  # a checkpoint loads as it is, too
+
+
+def test_the_packaged_weights_are_a_derain_weights_file() -> None:
+    path = packaged_weights()
+    assert path.name == "derain-small.safetensors" and resolve(None) == path
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata()["format"] == FORMAT
+
+
+def test_export_errors_name_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        export_checkpoint(tmp_path / "missing.ckpt", tmp_path / "out.safetensors")
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="bad.ckpt"):
+        read_checkpoint_net(bad)
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}}, other)
+    with pytest.raises(ValueError, match="other.ckpt has no 'derain_net' record"):
+        read_checkpoint_net(other)
+
+
+def write_other_format(path: Path) -> None:
+    save_file({"w": torch.zeros(1)}, str(path), metadata={"format": "other"})
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "error", "match"),
+    [
+        ("nope.safetensors", None, WeightsNotFoundError, r"weights file .*nope\.safetensors does not exist"),
+        ("empty.safetensors", b"", WeightsError, r"empty\.safetensors: the weights file is empty"),
+        ("junk.safetensors", b"junk", WeightsError, r"junk\.safetensors: not a readable safetensors file"),
+        (
+            "other.safetensors",
+            write_other_format,
+            WeightsError,
+            r"other\.safetensors: metadata 'format' is 'other'",
+        ),
+        ("net.onnx", b"onnx", WeightsError, r"net\.onnx: an ONNX file runs with backend onnxruntime"),
+        ("net.bin", b"bin", WeightsError, r"net\.bin: unknown weights suffix '\.bin'"),
+    ],
+    ids=["missing", "empty", "junk", "other-format", "onnx", "unknown-suffix"],
+)
+def test_unusable_files_are_errors_naming_the_file(tmp_path: Path, name, content, error, match) -> None:
+    path = tmp_path / name
+    if callable(content):
+        content(path)
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(error, match=match):
+        load_net(path)
+
+
+def test_weights_that_do_not_fit_their_record_are_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = save_net(tiny_net(), tmp_path / "net.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        meta = f.metadata()
+    state.pop(next(iter(state)))
+    save_file(state, str(tmp_path / "short.safetensors"), metadata=meta)
+    with pytest.raises(WeightsError, match=r"short\.safetensors: the weights do not fit the stored network"):
+        load_net(tmp_path / "short.safetensors")

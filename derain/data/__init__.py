@@ -5,6 +5,7 @@
 - ``split``: ``split_pairs``, where every real pair goes (train, validation, left out);
 - ``transforms``: the crop path and the loader workers' random streams;
 - ``datasets``: ``PairedDataset``, ``SyntheticRainDataset``;
+- ``pool``: ``synthetic_pool``, the photos and rain layers synthetic rain is made of;
 - ``module``: ``DerainDataModule``, the one Lightning piece.
 
 Pairing rules and folder layouts are ``derain.pairing``'s (the evaluator pairs files by them too). The names
@@ -26,12 +27,13 @@ _LAZY = {
     "split_pairs": "split",
     "crop_transform": "transforms",
     "seed_worker": "transforms",
-    "Pair": "datasets",
     "PairedDataset": "datasets",
     "SyntheticRainDataset": "datasets",
+    "SyntheticPool": "pool",
+    "synthetic_pool": "pool",
     "DerainDataModule": "module",
 }
-_PAIRING = ("DataError", "LAYOUTS", "check_pairs", "find_pairs", "pair_name", "read_name_list")
+_PAIRING = ("DataError", "LAYOUTS", "Pair", "check_pairs", "find_pairs", "pair_name", "read_name_list")
 
 __all__ = sorted([*_LAZY, *_PAIRING])
 

@@ -15,16 +15,13 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from derain.io import ImageReadError, read_rgb, to_tensor
-from derain.pairing import DataError, pair_name
+from derain.pairing import DataError, Pair, pair_name
 from derain.synth import add_rain, transplant_layers
 
 from .options import Synthesis
 from .transforms import Seeded, crop_transform
 
-__all__ = ["Pair", "PairedDataset", "SyntheticRainDataset"]
-
-Pair = tuple[Path, Path]
-"""(rainy image, clean image)."""
+__all__ = ["PairedDataset", "SyntheticRainDataset"]
 
 
 class PairedDataset(Seeded, Dataset):
@@ -188,12 +185,12 @@ class SyntheticRainDataset(Seeded, Dataset):
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = self.transform(image=image)["image"].astype(np.float32) / 255.0
         render = False
-        # Drawn only when used, so that without rain-free items the random stream is the same as before.
+        # Drawn only when used: without rain-free items, the random stream is that of a set without the option.
         if syn.rain_free_prob > 0 and rng.random() < syn.rain_free_prob:
             rainy = clean
         elif rng.random() < self.transplant_prob:
             layers, weights = self.pair_layers, self.pair_layer_weights
-            # drawn only with both kinds of layer, so that the random stream is otherwise as before
+            # drawn only with both kinds of layer: with one kind, the stream is that of a set with only that kind
             if self.rendered_layers and (not layers or rng.random() < syn.layer_share):
                 layers, weights = self.rendered_layers, None
             rainy = transplant_layers(

@@ -1,9 +1,9 @@
 """``DerainDataModule``: the training, validation and test data of a run, assembled from the options.
 
-The real pairs are split by ``derain.data.split.split_pairs``; the clean photos synthetic rain is rendered on
-lose any that shows a validation or test image; the datasets are ``derain.data.datasets``'. With
-``synthesis.render_on_device`` the procedural rain of a training batch is drawn where the batch is
-(``derain.synth.BatchRain``), after the transfer.
+The real pairs are split by ``derain.data.split.split_pairs`` (kept as ``split``); the photos and layers of
+synthetic rain are ``derain.data.pool.synthetic_pool``'s (kept as ``pool``); the datasets are
+``derain.data.datasets``'. With ``synthesis.render_on_device`` the procedural rain of a training batch is drawn
+where the batch is (``derain.synth.BatchRain``), after the transfer.
 """
 
 from __future__ import annotations
@@ -13,20 +13,19 @@ import functools
 import logging
 from typing import Any
 
-import cv2
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
-from derain.io import IMAGE_SUFFIXES, ImageReadError, list_images, read_image, read_rgb, to_8bit
-from derain.pairing import DataError, check_pairs, find_pairs, pair_set
-from derain.synth import RAIN_STYLES, BatchRain, LayerAugment, builtin_clean_images, recover_layer
+from derain.pairing import DataError, Pair, check_pairs, find_pairs, pair_set
+from derain.synth import RAIN_STYLES, BatchRain
 
-from .datasets import Pair, PairedDataset, SyntheticRainDataset
+from .datasets import PairedDataset, SyntheticRainDataset
 from .options import PairSources, Synthesis
-from .overlap import content_signature, shows_any, signatures
-from .split import indices_from, split_pairs
+from .overlap import signatures
+from .pool import SyntheticPool, synthetic_pool
+from .split import Split, split_pairs
 from .transforms import seed_worker
 
 __all__ = ["DerainDataModule"]
@@ -95,132 +94,59 @@ class DerainDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
 
-        self.train_pairs: list[Pair] = []
-        self.val_pairs: list[Pair] = []
+        self.split = Split()
+        """Where the real pairs went (``split_pairs``), set by ``setup("fit")``."""
+        self.pool = SyntheticPool()
+        """The photos and layers of synthetic rain (``synthetic_pool``), set by ``setup("fit")``."""
         self.test_pairs: list[Pair] = []
-        self.excluded_pairs: list[Pair] = []
-        self.overlap_pairs: list[Pair] = []
-        self.val_background_pairs: list[Pair] = []
-        self.dropped_photos = 0
-        self.clean_images: list[np.ndarray] = []
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         self._batch_rain: BatchRain | None = None
 
-    # -- set-up steps --------------------------------------------------------------------------------------
+    # -- set-up --------------------------------------------------------------------------------------------
 
-    def _split(self) -> None:
-        """Steps 1-4: the real pairs' split (``split_pairs``)."""
-        split = split_pairs(
+    def _held_signatures(self) -> list[np.ndarray]:
+        """The signatures of the held-out clean images: validation's, and the test split's when it is kept out."""
+        held = [signatures([c for _, c in self.split.val])] if self.split.val else []
+        if self.pairs.drop_test_overlap and self.has_test_split():
+            held.append(self._test_signatures)
+        return held
+
+    def _setup_fit(self) -> None:
+        self.split = split_pairs(
             self.pairs,
             seed=self.seed,
             synthetic=self.synthesis.used,
             test_signatures=lambda: self._test_signatures,
         )
-        self.train_pairs, self.val_pairs = split.train, split.val
-        self.excluded_pairs, self.overlap_pairs = split.excluded, split.test_overlap
-        self.val_background_pairs = split.val_background
-
-    def _clean_photos(self) -> list[np.ndarray]:
-        """Step 5: the clean photos synthetic rain is rendered on, minus any that shows a validation or test
-        image (a photo pool can hold the very backgrounds of held-out pairs: BSDS500 and Rain100H's)."""
-        images: list[np.ndarray] = []
-        for folder in self.synthesis.clean_dirs:
-            files = list_images(folder, recursive=True)
-            if not files:
-                raise DataError(
-                    f"clean photo folder {folder} (clean_dirs) holds no images ({IMAGE_SUFFIXES})"
-                )
-            try:
-                images += [read_rgb(path) for path in files]
-            except ImageReadError as err:
-                raise DataError(str(err)) from None
-        if self.synthesis.builtin_photos:
-            images += builtin_clean_images()
-        held = [signatures([c for _, c in self.val_pairs])] if self.val_pairs else []
-        if self.pairs.drop_test_overlap and self.has_test_split():
-            held.append(self._test_signatures)
-        if images and held:
-            shown = shows_any(
-                np.stack([content_signature(im).ravel() for im in images]), np.concatenate(held)
-            )
-            if shown.any():
-                log.warning(
-                    "dropped %d of %d clean photos that show a validation or test image (by content)",
-                    int(shown.sum()),
-                    len(images),
-                )
-            self.dropped_photos = int(shown.sum())
-            images = [im for im, hit in zip(images, shown, strict=True) if not hit]
-        return images
-
-    def _pair_layers(self, real: PairedDataset | None) -> tuple[list[np.ndarray], np.ndarray | None]:
-        """Step 6: the rain layers of the donor training pairs, for transplant: ``recover_layer`` under the
-        composite's β, or ``clip(rainy − clean)`` with β = 0; and each layer's chance (``transplant_shares``)."""
-        syn = self.synthesis
-        layers: list[np.ndarray] = []
-        weights = None
-        if real is not None and syn.transplant_prob > 0:
-            groups = [range(len(real))]
-            if syn.transplant_from:
-                groups = [indices_from(real.pairs, (f,), "transplant_from") for f in syn.transplant_from]
-            beta = syn.composite_beta  # decoding also fills the pairs' cache before forks
-            donors = [i for group in groups for i in group]
-            layers = [
-                recover_layer(*real.load(i), beta) if beta > 0 else cv2.subtract(*real.load(i))
-                for i in donors
-            ]
-            if syn.transplant_shares:
-                shares = zip(syn.transplant_shares, groups, strict=True)
-                chances = [share / len(g) for share, g in shares for _ in g]
-                weights = np.asarray(chances) / np.sum(chances)
-        if not layers and not syn.layer_dirs and syn.layer_augment != LayerAugment():
-            log.warning("synthesis.layer_augment has no effect: no rain layers are transplanted")
-        return layers, weights
-
-    def _rendered_layers(self) -> list[np.ndarray]:
-        """Step 7: the rendered rain layers of ``synthesis.layer_dirs``, uint8 (H, W, 1) grey or (H, W, 3)."""
-        layers: list[np.ndarray] = []
-        if self.synthesis.transplant_prob == 0:
-            return layers
-        for folder in self.synthesis.layer_dirs:
-            files = list_images(folder, recursive=True)
-            if not files:
-                raise DataError(f"rain layer folder {folder} (layer_dirs) holds no images ({IMAGE_SUFFIXES})")
-            for path in files:
-                try:
-                    image = to_8bit(read_image(path))
-                except ImageReadError as err:
-                    raise DataError(str(err)) from None
-                layers.append(image[:, :, None] if image.ndim == 2 else image[:, :, :3])
-        if layers:
-            log.info("%d rendered rain layers from %s", len(layers), ", ".join(self.synthesis.layer_dirs))
-        return layers
-
-    def _setup_fit(self) -> None:
-        self._split()
-        pairs = self.train_pairs
-        self.clean_images = self._clean_photos()
-        parts: list[Dataset] = []
         real = None
-        if pairs:
+        if self.split.train:
             real = PairedDataset(
-                pairs, patch_size=self.patch_size, augment=True, rotate90=self.rotate90, seed=self.seed
+                self.split.train,
+                patch_size=self.patch_size,
+                augment=True,
+                rotate90=self.rotate90,
+                seed=self.seed,
             )
-            parts += [real] * self.pairs.repeat
-        syn = self.synthesis
-        if self.clean_images:
-            pair_layers, weights = self._pair_layers(real)
+        self.pool = synthetic_pool(self.synthesis, donors=real, held=self._held_signatures())
+        self.train_set = self._train_set(real)
+        self.val_set = self._val_set()
+
+    def _train_set(self, real: PairedDataset | None) -> Dataset:
+        """The real pairs ``pairs.repeat`` times, then the synthetic samples."""
+        syn, pool = self.synthesis, self.pool
+        parts: list[Dataset] = [real] * self.pairs.repeat if real is not None else []
+        if pool.photos:
             parts.append(
                 SyntheticRainDataset(
-                    self.clean_images,
+                    pool.photos,
                     length=syn.length or syn.AUTO_LENGTH,
                     patch_size=self.patch_size,
                     synthesis=syn,
-                    pair_layers=pair_layers,
-                    pair_layer_weights=weights,
-                    rendered_layers=self._rendered_layers(),
+                    pair_layers=pool.pair_layers,
+                    pair_layer_weights=pool.pair_layer_weights,
+                    rendered_layers=pool.rendered_layers,
                     seed=self.seed,
                     rotate90=self.rotate90,
                 )
@@ -231,29 +157,31 @@ class DerainDataModule(L.LightningDataModule):
             )
         if not parts:
             raise DataError("no training samples: the training folders hold no pairs after exclusion")
-        self.train_set = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-        if len(self.train_set) < self.batch_size:
+        train_set = parts[0] if len(parts) == 1 else ConcatDataset(parts)
+        if len(train_set) < self.batch_size:
             raise DataError(
-                f"only {len(self.train_set)} training samples for batch_size {self.batch_size} (the last "
+                f"only {len(train_set)} training samples for batch_size {self.batch_size} (the last "
                 "incomplete batch is dropped); lower batch_size, raise pairs.repeat or synthesis.length"
             )
-        if self.val_pairs:
-            self.val_set = PairedDataset(
-                self.val_pairs, patch_size=None, augment=False, sets=[pair_set(p) for p in self.val_pairs]
-            )
-        elif self.clean_images and syn.val_length > 0:
-            # the procedural rain training renders (its composite and styles), in the workers, never rain-free
-            procedural = dataclasses.replace(
-                syn, transplant_prob=0.0, rain_free_prob=0.0, render_on_device=False
-            )
-            self.val_set = SyntheticRainDataset(
-                self.clean_images,
-                length=syn.val_length,
-                patch_size=self.VAL_PATCH,
-                synthesis=procedural,
-                seed=self.seed + 1_000_003,
-                fixed=True,
-            )
+        return train_set
+
+    def _val_set(self) -> Dataset | None:
+        """The validation pairs (full images), else fixed synthetic crops, else none."""
+        syn, val = self.synthesis, self.split.val
+        if val:
+            return PairedDataset(val, patch_size=None, augment=False, sets=[pair_set(p) for p in val])
+        if not self.pool.photos or syn.val_length == 0:
+            return None
+        # the procedural rain training renders (its composite and styles), in the workers, never rain-free
+        procedural = dataclasses.replace(syn, transplant_prob=0.0, rain_free_prob=0.0, render_on_device=False)
+        return SyntheticRainDataset(
+            self.pool.photos,
+            length=syn.val_length,
+            patch_size=self.VAL_PATCH,
+            synthesis=procedural,
+            seed=self.seed + 1_000_003,
+            fixed=True,
+        )
 
     @functools.cached_property
     def _test_signatures(self) -> np.ndarray:

@@ -48,7 +48,7 @@ def _expand(name: str, folder: str) -> str:
     if left:
         raise DataError(
             f"{name}: {folder} uses ${left.group(1)}, which is not set; set it to the folder that holds the data "
-            f"sets, e.g. {DATA_VARIABLE}=../shared/data python -m derain.fit ..."
+            f"sets, e.g. {DATA_VARIABLE}=../shared/data derain fit ..."
         )
     return expanded
 
@@ -106,7 +106,7 @@ class PairSources:
             raise DataError(
                 f"data root {self.root} {what}; expected ROOT/train/{{rain,norain}}/ and ROOT/test/{{rain,norain}}/ "
                 "(see datasets/README.md for Rain100H), or train with no data on disk: "
-                "python -m derain.fit --config configs/synthetic.yaml"
+                "derain fit --config configs/synthetic.yaml"
             )
         if self.exclude_list is not None and not Path(self.exclude_list).is_file():
             raise DataError(
@@ -151,7 +151,7 @@ class Synthesis:
         composite_beta: how rain is put on a photo, ``clean + layer · (1 − β · clean)`` (``derain.synth.
             composite``), for transplanted and procedural rain alike; the pairs' layers are recovered under
             the same model (``derain.synth.recover_layer``). Default ``COMPOSITE_BETA`` (0.62), fitted to
-            Rain100H; 0 is plain addition with ``clip(rainy − clean)`` layers, as before it was fitted.
+            Rain100H; 0 is plain addition, with ``clip(rainy − clean)`` layers.
         rain_free_prob: share of synthetic samples left without rain (input = target), so the network learns to
             leave rain-free content, its brightness included, as it is.
         procedural_styles: the procedural rain's styles (``derain.synth.RAIN_STYLES``), one drawn per sample:

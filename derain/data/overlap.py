@@ -1,7 +1,8 @@
 """Which clean images show the same photo: content signatures that survive re-encoding, flips and 90° turns.
 
-Training must never see a test (or validation) background: ``DerainDataModule`` drops the training pairs and the
-clean photos whose clean image shows one (``derain.data.split``); :func:`find_overlap` lists them for two folders.
+Training must never see a test (or validation) background: :func:`leave_out_shown` leaves out the training pairs
+(``derain.data.split``) and the clean photos (``derain.data.pool``) whose image shows one; :func:`find_overlap`
+lists them for two folders.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import cv2
 import numpy as np
@@ -16,7 +18,17 @@ import numpy as np
 from derain.io import ImageReadError, natural_key, read_rgb
 from derain.pairing import DataError, find_pairs, pair_name
 
-__all__ = ["OVERLAP_RMS", "SIGNATURE_SIDE", "content_signature", "find_overlap", "shows_any", "signatures"]
+__all__ = [
+    "OVERLAP_RMS",
+    "SIGNATURE_SIDE",
+    "content_signature",
+    "find_overlap",
+    "leave_out_shown",
+    "shows_any",
+    "signatures",
+]
+
+Item = TypeVar("Item")
 
 SIGNATURE_SIDE = 32
 """Content signatures are grey thumbnails of this side (any aspect ratio is squeezed to a square)."""
@@ -70,15 +82,32 @@ def shows_any(candidates: np.ndarray, references: np.ndarray, chunk: int = 1024)
     return np.concatenate(hits)
 
 
-def overlapping(train_cleans: Sequence[Path], test_cleans: Sequence[Path]) -> list[int]:
-    """Indices of ``train_cleans`` whose image is one of ``test_cleans``, flipped or turned or not.
+def leave_out_shown(
+    items: Sequence[Item], candidates: np.ndarray, references: Sequence[np.ndarray]
+) -> tuple[list[Item], list[Item]]:
+    """Split ``items`` into those that show none of the held-out images and those that show one.
 
-    Matrix products compare every training signature with the 8 orientations of every test signature
-    (1800 × 100 images: about 15 s on 2 cores, most of it reading the files; ``benchmarks/overlap.py``).
+    The one rule for what training must not see: a training pair or a clean photo whose image shows a held-out
+    (validation or test) image, flipped or turned or not (``shows_any``).
+
+    Args:
+        items: anything, one per row of ``candidates`` (pairs, photos).
+        candidates: (len(items), SIGNATURE_SIDE²) signatures of the items' (clean) images.
+        references: signature arrays (m, SIGNATURE_SIDE²) of the held-out images, one per held-out set; none
+            leaves nothing out.
+
+    Returns:
+        (kept, left out), each in the order of ``items``.
     """
-    if not train_cleans or not test_cleans:
-        return []
-    return np.flatnonzero(shows_any(signatures(train_cleans), signatures(test_cleans))).tolist()
+    if len(candidates) != len(items):
+        raise ValueError(
+            f"leave_out_shown: {len(candidates)} signatures for {len(items)} items; give one an item"
+        )
+    if not items or not references:
+        return list(items), []
+    shown = shows_any(candidates, np.concatenate(references))
+    kept = [item for item, hit in zip(items, shown, strict=True) if not hit]
+    return kept, [item for item, hit in zip(items, shown, strict=True) if hit]
 
 
 def find_overlap(train_dir: str | os.PathLike, test_dir: str | os.PathLike) -> list[str]:
@@ -87,6 +116,9 @@ def find_overlap(train_dir: str | os.PathLike, test_dir: str | os.PathLike) -> l
     ``DerainDataModule`` drops these by itself (``pairs.drop_test_overlap``); this lists them, e.g. for Rain100H
     (546 RainTrainH pairs share a background with the test set).
     """
-    train = find_pairs(train_dir)
-    hits = overlapping([c for _, c in train], [c for _, c in find_pairs(test_dir)])
-    return sorted((pair_name(train[i][1]) for i in hits), key=natural_key)
+    train, test = find_pairs(train_dir), find_pairs(test_dir)
+    if not train or not test:
+        return []
+    cleans = [c for _, c in train]
+    _, shown = leave_out_shown(cleans, signatures(cleans), [signatures([c for _, c in test])])
+    return sorted((pair_name(c) for c in shown), key=natural_key)

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from derain.pairing import DataError, canonical_name, check_pairs, find_pairs, pair_name, read_name_list
+from derain.pairing import DataError, Pair, canonical_name, check_pairs, find_pairs, pair_name, read_name_list
 
-from .datasets import Pair
 from .options import PairSources
-from .overlap import shows_any, signatures
+from .overlap import leave_out_shown, signatures
 
 __all__ = ["Split", "indices_from", "seeded_share", "split_pairs"]
 
@@ -59,7 +58,7 @@ def split_pairs(
     check_pairs([p for ps in per_folder for p in ps])
     kept, split.excluded = _drop_listed(pairs, per_folder)
     if pairs.drop_test_overlap and pairs.test_folders() and kept:
-        kept, split.test_overlap = _drop_shown(kept, test_signatures())
+        kept, split.test_overlap = _leave_out_shown(kept, test_signatures())
         message = (
             f"dropped {len(split.test_overlap)} of {len(kept) + len(split.test_overlap)} training pairs whose clean "
             "image shows a test image (compared by content, flips and 90° turns included); "
@@ -68,7 +67,7 @@ def split_pairs(
         (log.warning if split.test_overlap else log.info)(message)
     train, split.val = _hold_out(pairs, kept, seed, synthetic=synthetic)
     if split.val and train:
-        split.train, split.val_background = _drop_shown(train, signatures([c for _, c in split.val]))
+        split.train, split.val_background = _leave_out_shown(train, signatures([c for _, c in split.val]))
         if split.val_background:
             log.warning(
                 "dropped %d of %d training pairs whose clean image shows a validation image (by content): %s",
@@ -142,12 +141,9 @@ def _listed(
     return names
 
 
-def _drop_shown(pairs: list[Pair], references: np.ndarray) -> tuple[list[Pair], list[Pair]]:
+def _leave_out_shown(pairs: list[Pair], references: np.ndarray) -> tuple[list[Pair], list[Pair]]:
     """The pairs whose clean image shows none of the ``references`` (signatures), and those that show one."""
-    shown = shows_any(signatures([c for _, c in pairs]), references)
-    return [p for p, hit in zip(pairs, shown, strict=True) if not hit], [
-        p for p, hit in zip(pairs, shown, strict=True) if hit
-    ]
+    return leave_out_shown(pairs, signatures([c for _, c in pairs]), [references])
 
 
 def _hold_out(

@@ -32,6 +32,12 @@ BROADCAST_CHUNK = 4096
 DEFAULT_RATIOS: tuple[float, ...] = (1 / 2, 2 / 3, 3 / 4, 4 / 5)
 
 
+def _check_heads(dim: int, heads: int) -> None:
+    """A ValueError unless ``heads`` divides ``dim``."""
+    if heads < 1 or dim % heads:
+        raise ValueError(f"dim should be divisible by heads, got dim={dim}, heads={heads}")
+
+
 def _keep_counts(ratios: Sequence[float], c: int) -> list[int]:
     for r in ratios:
         if not 0.0 < r <= 1.0:
@@ -253,7 +259,7 @@ class TopKSparseAttention(nn.Module):
         bias: bool = False,
     ):
         super().__init__()
-        assert dim % heads == 0, f"dim should be divisible by heads, got dim={dim}, heads={heads}"
+        _check_heads(dim, heads)
         if ratio_weighting not in ("raw", "softmax"):
             raise ValueError(f"ratio_weighting should be 'raw' or 'softmax', got {ratio_weighting!r}")
         _keep_counts(ratios, dim // heads)
@@ -331,13 +337,14 @@ class AgentAttention(nn.Module):
         bias: bool = False,
     ):
         super().__init__()
-        assert dim % heads == 0, f"dim should be divisible by heads, got dim={dim}, heads={heads}"
+        _check_heads(dim, heads)
         if agent_source not in ("pool", "learned"):
             raise ValueError(f"agent_source should be 'pool' or 'learned', got {agent_source!r}")
+        if agents < 1:
+            raise ValueError(f"agents should be at least 1, got {agents}")
         side = math.isqrt(agents)
-        if agent_source == "pool":
-            assert side * side == agents, f"agents should be a perfect square, got {agents}"
-        assert agents >= 1, f"agents should be at least 1, got {agents}"
+        if agent_source == "pool" and side * side != agents:
+            raise ValueError(f"agents should be a perfect square with agent_source 'pool', got {agents}")
         self.heads = heads
         self.agents = agents
         self.agent_source = agent_source

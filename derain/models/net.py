@@ -91,6 +91,30 @@ class TransformerBlock(nn.Module):
         return self._forward(x)
 
 
+def _check_levels(
+    blocks: tuple[int, ...],
+    heads: tuple[int, ...],
+    mixers: tuple[tuple[str, ...], ...],
+    agents: int | tuple[int, ...],
+) -> tuple[int, ...]:
+    """Check that the per-level tuples agree (one mixer a block, known mixers); each level's agent count."""
+    levels = len(blocks)
+    if not (len(heads) == len(mixers) == levels):
+        raise ValueError(
+            f"blocks, heads and mixers need one entry per level; got {len(blocks)}, {len(heads)}, {len(mixers)}"
+        )
+    for i, (n, kinds) in enumerate(zip(blocks, mixers, strict=True)):
+        if len(kinds) != n:
+            raise ValueError(f"level {i}: mixers {kinds} should name one mixer per block ({n} blocks)")
+        unknown = [kind for kind in kinds if kind not in MIXERS]
+        if unknown:
+            raise ValueError(f"level {i}: unknown mixer {unknown[0]!r}; expected one of {MIXERS}")
+    level_agents = (agents,) * levels if isinstance(agents, int) else tuple(agents)
+    if len(level_agents) != levels:
+        raise ValueError(f"agents needs one count per level ({levels}) or a single int; got {agents}")
+    return level_agents
+
+
 class DerainNet(Recorded, nn.Module):
     """Residual deraining U-Net built from TKSA and agent-attention transformer blocks.
 
@@ -157,20 +181,7 @@ class DerainNet(Recorded, nn.Module):
     ):
         super().__init__()
         levels = len(blocks)
-        if not (len(heads) == len(mixers) == levels):
-            raise ValueError(
-                f"blocks, heads and mixers need one entry per level; got {len(blocks)}, "
-                f"{len(heads)}, {len(mixers)}"
-            )
-        for i, (n, kinds) in enumerate(zip(blocks, mixers, strict=True)):
-            if len(kinds) != n:
-                raise ValueError(f"level {i}: mixers {kinds} should name one mixer per block ({n} blocks)")
-            for kind in kinds:
-                if kind not in MIXERS:
-                    raise ValueError(f"level {i}: unknown mixer {kind!r}; expected one of {MIXERS}")
-        level_agents = (agents,) * levels if isinstance(agents, int) else tuple(agents)
-        if len(level_agents) != levels:
-            raise ValueError(f"agents needs one count per level ({levels}) or a single int; got {agents}")
+        level_agents = _check_levels(blocks, heads, mixers, agents)
         if embed_stride not in (1, 2, 4):
             raise ValueError(f"embed_stride should be 1, 2 or 4, got {embed_stride}")
         self.multiple = embed_stride * 2 ** (levels - 1)

@@ -7,9 +7,14 @@
 - ``photos``: clean photos that ship with scikit-image.
 
 Everything is pure: randomness comes only from the generator passed in. No Lightning, gradio or argparse here.
+``BatchRain`` loads on first use, so the numpy renderers (and ``derain.data.split``) import no kornia.
 """
 
-from .batch import BatchRain
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .composite import (
     COMPOSITE_BETA,
     SATURATED,
@@ -57,3 +62,9 @@ __all__ = [
     "transplant",
     "transplant_layers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BatchRain":
+        return importlib.import_module(f"{__name__}.batch").BatchRain
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

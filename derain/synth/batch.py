@@ -22,8 +22,8 @@ import torch
 from kornia.filters import filter2d
 from torch import Tensor, nn
 
-from .composite import COMPOSITE_BETA
-from .procedural import ANY_STYLES, RAIN_STYLES, RainStyle, line_kernel
+from .composite import COMPOSITE_BETA, composite
+from .procedural import ANY_STYLES, RAIN_STYLES, SHARED, RainStyle, line_kernel
 
 __all__ = ["BatchRain"]
 
@@ -112,23 +112,21 @@ class BatchRain(nn.Module):
             pad = int(math.ceil(float(length.max()))) // 2 + self.max_width  # seeds outside still reach in
             hp, wp = h + 2 * pad, w + 2 * pad
             u = torch.rand(b, 1, hp, wp, generator=generator, device=dev, dtype=dt)
+            low, high = SHARED.drop
             seeds = (u < density[:, None, None, None]).to(dt) * (
-                0.5 + 0.5 * torch.rand(b, 1, hp, wp, generator=generator, device=dev)
-            )  # drops differ in size and distance
+                low + (high - low) * torch.rand(b, 1, hp, wp, generator=generator, device=dev)
+            )
             smeared = _smear(seeds, length.tolist(), angle.tolist(), [int(x) for x in width.tolist()])
             brightness = draw("brightness") * active
             layer = smeared[..., pad : pad + h, pad : pad + w] * brightness[:, None, None, None]
             keep = keep * (1 - layer)
         streaks = 1 - keep
         t = draw("haze")[:, None, None, None]
-        airlight = _uniform(
-            torch.full((b, 1), 0.75, device=dev), torch.full((b, 1), 0.95, device=dev), generator
-        )
-        airlight = airlight + (torch.rand(b, 3, generator=generator, device=dev) * 0.06 - 0.03)
-        tint = 1 - torch.rand(b, 3, generator=generator, device=dev) * 0.08
+        low, high = (torch.full((b, 1), v, device=dev) for v in SHARED.airlight)
+        spread = SHARED.airlight_tint
+        airlight = _uniform(low, high, generator)
+        airlight = airlight + (torch.rand(b, 3, generator=generator, device=dev) * 2 * spread - spread)
+        tint = 1 - torch.rand(b, 3, generator=generator, device=dev) * SHARED.streak_tint
         image = clean.to(dt)
         veiled = image * (1 - t) + airlight[:, :, None, None] * t
-        rain = streaks * tint[:, :, None, None]
-        if self.beta:
-            rain = rain * (1 - self.beta * veiled)
-        return (veiled + rain).clamp(0, 1).to(clean.dtype)
+        return composite(veiled, streaks * tint[:, :, None, None], self.beta).to(clean.dtype)

@@ -7,7 +7,14 @@ float32 arrays (H, W, 3) in [0, 1] (uint8 is accepted and scaled).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+Array = TypeVar("Array", np.ndarray, "torch.Tensor")
 
 __all__ = [
     "COMPOSITE_BETA",
@@ -52,14 +59,17 @@ SATURATED = 254 / 255
 """Rainy pixels at or above this value are saturated: the layer there is only known to be at least a bound."""
 
 
-def composite(clean: np.ndarray, layer: np.ndarray, beta: float = COMPOSITE_BETA) -> np.ndarray:
-    """Put a rain layer on a clean image: ``clip(clean + layer · (1 − β · clean), 0, 1)``, float32.
+def composite(clean: Array, layer: Array, beta: float = COMPOSITE_BETA) -> Array:
+    """Put a rain layer on a clean image: ``clip(clean + layer · (1 − β · clean), 0, 1)``.
 
     ``beta = 0`` is plain addition, 1 a screen blend; Rain100H's rain lies between (``COMPOSITE_BETA``). A layer
-    of shape (H, W, 1) is added to every channel alike.
+    of shape (H, W, 1) is added to every channel alike. numpy arrays (uint8 or float) give float32; torch
+    tensors (float, any shape that broadcasts, e.g. ``BatchRain``'s (B, 3, H, W)) give a tensor of their dtype.
     """
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"composite beta must be in [0, 1], got {beta}")
+    if not isinstance(clean, np.ndarray):  # a torch tensor: this module imports no torch
+        return (clean + layer * (1.0 - beta * clean)).clamp(0.0, 1.0)
     base = as_float(clean)
     return np.clip(base + as_float(layer) * (1.0 - beta * base), 0.0, 1.0).astype(np.float32)
 

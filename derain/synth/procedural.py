@@ -21,7 +21,9 @@ from .composite import COMPOSITE_BETA, as_float, check_image, composite
 __all__ = [
     "ANY_STYLES",
     "RAIN_STYLES",
+    "SHARED",
     "RainStyle",
+    "SharedRanges",
     "add_haze",
     "add_rain",
     "line_kernel",
@@ -102,6 +104,28 @@ RAIN_STYLES: dict[str, RainStyle] = {
     ),
 }
 
+
+@dataclass(frozen=True)
+class SharedRanges:
+    """The ranges every style shares, drawn alike by ``add_rain`` (numpy) and ``BatchRain`` (torch).
+
+    Attributes:
+        drop: a streak seed's intensity (drops differ in size and distance).
+        airlight: the haze veil's grey level ``A``.
+        airlight_tint: each channel of ``A`` deviates from that grey by at most this much.
+        streak_tint: each channel of the streaks is dimmed by at most this much (rain reflects the sky: near
+            white).
+    """
+
+    drop: Range = (0.5, 1.0)
+    airlight: Range = (0.75, 0.95)
+    airlight_tint: float = 0.03
+    streak_tint: float = 0.08
+
+
+SHARED = SharedRanges()
+"""The one table of the shared ranges; the renderers read it, never their own copies."""
+
 ANY_STYLES: tuple[str, ...] = ("light", "medium", "heavy")
 """The styles ``add_rain(style="any")`` and ``BatchRain()`` draw from: light to heavy rain of any kind."""
 
@@ -166,7 +190,7 @@ def rain_streaks(
         raise ValueError(f"streak density must be in (0, 1], got {density}")
     pad = int(np.ceil(length)) // 2 + width  # seeds outside the frame still drop streaks into it
     seeds = (rng.random((h + 2 * pad, w + 2 * pad)) < density).astype(np.float32)
-    seeds *= rng.uniform(0.5, 1.0, seeds.shape).astype(np.float32)  # drops differ in size and distance
+    seeds *= rng.uniform(*SHARED.drop, seeds.shape).astype(np.float32)
     streaks = cv2.filter2D(seeds, -1, line_kernel(length, angle, width), borderType=cv2.BORDER_CONSTANT)
     streaks = streaks[pad : pad + h, pad : pad + w]
     return np.clip(streaks, 0.0, 1.0) * np.float32(brightness)
@@ -255,8 +279,9 @@ def add_rain(
     image = as_float(clean)
     t = rng.uniform(*style.haze)
     if t > 0:
-        airlight = rng.uniform(0.75, 0.95) + rng.uniform(-0.03, 0.03, 3)  # greyish, slightly tinted
+        spread = SHARED.airlight_tint
+        airlight = rng.uniform(*SHARED.airlight) + rng.uniform(-spread, spread, 3)
         image = add_haze(image, t, airlight)
     streaks = rain_layer(clean.shape[:2], rng, style)[..., None]
-    tint = np.float32(1.0) - rng.uniform(0.0, 0.08, 3).astype(np.float32)  # rain reflects the sky: near white
+    tint = np.float32(1.0) - rng.uniform(0.0, SHARED.streak_tint, 3).astype(np.float32)
     return composite(image, streaks * tint, beta)

@@ -34,7 +34,7 @@ class LastCheckpoint(Checkpoint):
         path: the checkpoint file (``last_checkpoint(...)``).
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | Path) -> None:
         super().__init__()
         self.path = Path(path)
         self._saved_step: int | None = None

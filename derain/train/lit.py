@@ -119,8 +119,8 @@ class DerainLitModule(L.LightningModule):
             keeps the schedule it started with (its length is stored in the checkpoint), whatever
             ``trainer.max_steps`` or this say now.
         sample_images: validation triplets (rainy | derained | clean) written per validation run.
-        channels_last: keep the network and batches in channels-last memory format (on this CPU a training step
-            of DerainNet is several times faster: depthwise-conv backward is slow in NCHW).
+        channels_last: keep the network and batches in channels-last memory format (depthwise-conv backward is
+            slow in NCHW; ``benchmarks/train.py`` measures what it gains).
         init_weights: start from these weights (a ``.safetensors`` file from ``derain.export``, a Lightning
             ``.ckpt``, or ``"packaged"`` for the weights that ship with derain) instead of a random init, to
             fine-tune or to continue a finished run with a new schedule; they must fit ``net``. ``derain.fit``
@@ -135,10 +135,9 @@ class DerainLitModule(L.LightningModule):
         compile: run the training forward and backward of ``net`` through ``torch.compile`` (inductor, static
             shapes: training patches have one size). Validation, test, the moving average and export use the
             eager network, and the checkpoint's keys do not change. The first training step pays the compile
-            (about 4 minutes for ``DerainNet()`` on a 2-core CPU, seconds when inductor's cache under
-            ``$TORCHINDUCTOR_CACHE_DIR`` already holds the graphs); ``benchmarks/train.py`` prints what a step
-            gains. On a CPU it needs a C++ compiler (``g++`` or ``clang++``). Off by default: short runs and
-            tests would only pay.
+            (far less when inductor's cache under ``$TORCHINDUCTOR_CACHE_DIR`` already holds the graphs);
+            ``benchmarks/train.py`` prints what the compile costs and what a step gains. On a CPU it needs a C++
+            compiler (``g++`` or ``clang++``). Off by default: short runs and tests would only pay.
     """
 
     def __init__(

@@ -1,0 +1,412 @@
+"""``derain fit`` (``python -m derain.fit``) as a user runs it: config names from any folder, how a run starts, a run
+that trains, tests and exports, the recipes, DDP, and errors as one line with an exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from helpers import TINY_NET
+from safetensors import safe_open
+from training_helpers import QUIET, make_folder
+
+from derain.cli import main as derain_main
+from derain.fit import ConfigNotFoundError, Start, how_to_start, resolve_config_args
+from derain.fit import main as fit_main
+from derain.io import read_rgb, to_tensor
+from derain.metrics import DerainMetrics
+from derain.models import DerainNet
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def printed_config(args: list[str], capsys) -> dict:
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main([*args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def test_a_bare_config_name_works_from_any_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    config = printed_config(["--config", "rain100h.yaml"], capsys)
+    assert config["trainer"]["default_root_dir"] == "runs/rain100h"
+    # --config=NAME, names in sub-folders, stages layered, and the README's configs/NAME from another folder
+    config = printed_config(
+        ["--config=derain-small/stage1.yaml", "--config", "configs/derain-small/stage2-augment.yaml"], capsys
+    )
+    assert config["data"]["synthesis"]["layer_augment"]["angle"] == 12.0
+
+
+def test_an_existing_path_wins_over_the_bundled_config(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rain100h.yaml").write_text("trainer:\n  default_root_dir: runs/mine\n")
+    assert printed_config(["--config", "rain100h.yaml"], capsys)["trainer"]["default_root_dir"] == "runs/mine"
+
+
+def test_names_with_sub_folders_and_inline_yaml(tmp_path, monkeypatch):
+    bundled = tmp_path / "bundled"
+    (bundled / "derain-small").mkdir(parents=True)
+    (bundled / "derain-small" / "stage1.yaml").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    stage1 = str(bundled / "derain-small" / "stage1.yaml")
+    assert resolve_config_args(["--config", "derain-small/stage1.yaml", "-c", "x: 1"], bundled) == [
+        "--config",
+        stage1,
+        "-c",
+        "x: 1",
+    ]
+    assert resolve_config_args(["--config=derain-small/stage1.yaml", "--data.root=a.yaml"], bundled) == [
+        f"--config={stage1}",
+        "--data.root=a.yaml",
+    ]
+
+
+def test_an_unknown_config_name_says_which_configs_ship(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigNotFoundError, match=r"rain100x\.yaml.*rain100h\.yaml.*synthetic\.yaml"):
+        resolve_config_args(["--config", "rain100x.yaml"])
+    assert fit_main(["--config", "rain100x.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "error: --config rain100x.yaml" in err
+        and "derain-small/stage1.yaml" in err
+        and "Traceback" not in err
+    )
+
+
+def test_the_usage_line_names_the_module(capsys):
+    with pytest.raises(SystemExit):
+        fit_main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m derain.fit ")
+
+
+def test_how_a_run_starts_is_one_function_of_its_options(tmp_path: Path) -> None:
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert how_to_start("auto", None, last) == Start()  # afresh
+    assert how_to_start("auto", "w.safetensors", last) == Start(fine_tune_from="w.safetensors")
+    assert how_to_start("never", "w.safetensors", last) == Start(fine_tune_from="w.safetensors")
+    last.parent.mkdir()
+    last.touch()
+    # a run that resumes takes its weights from the checkpoint: init_weights is not read
+    assert how_to_start("auto", "w.safetensors", last) == Start(resume_from=str(last), found_last=True)
+    assert how_to_start("never", None, last) == Start()
+    assert how_to_start("other.ckpt", "w.safetensors", last) == Start(resume_from="other.ckpt")
+
+
+def test_the_command_line_is_read_not_rewritten(monkeypatch, capsys) -> None:
+    argv = ["derain", "fit", "--config", "synthetic.yaml", "--print_config"]
+    monkeypatch.setattr(sys, "argv", list(argv))
+    with pytest.raises(SystemExit):
+        derain_main(argv[1:])
+    assert sys.argv == argv and "trainer:" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_fast_dev_run_on_the_synthetic_default(tmp_path):
+    args = [
+        "--config",
+        str(REPO / "configs/synthetic.yaml"),
+        *TINY_NET,
+        *QUIET,
+        "--trainer.fast_dev_run=true",
+        f"--trainer.default_root_dir={tmp_path}",
+        "--data.num_workers=0",
+        "--data.synthesis.length=8",
+        "--data.synthesis.val_length=1",
+        "--data.batch_size=2",
+        "--data.patch_size=32",
+        "--export=false",
+    ]
+    assert fit_main(args) == 0
+
+
+@pytest.mark.slow
+def test_training_learns_resumes_and_exports(tmp_path, capsys):
+    data = make_folder(tmp_path / "pairs")
+    val = make_folder(tmp_path / "val", seed=1)  # other backgrounds: training pairs showing them would leave
+    run = tmp_path / "run"
+    common = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.pairs.train_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{val}]",
+        "--data.patch_size=32",
+        "--data.batch_size=4",
+        "--data.num_workers=0",
+        "--data.pairs.repeat=4",
+        "--model.lr=0.01",
+        "--model.warmup_steps=0",
+        "--model.min_lr_ratio=1.0",
+        "--trainer.accelerator=cpu",
+        "--trainer.check_val_every_n_epoch=1",
+        "--trainer.log_every_n_steps=1",
+    ]
+    assert fit_main([*common, "--trainer.max_steps=8"]) == 0
+    last = run / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    assert saved["global_step"] == 8 and {"optimizer_states", "lr_schedulers"} <= saved.keys()  # resumable
+    capsys.readouterr()
+
+    # the same command with more steps resumes from last.ckpt and says so
+    assert fit_main([*common, "--trainer.max_steps=40"]) == 0
+    out = capsys.readouterr().out
+    assert f"Resuming from {last} (step 8)" in out
+    assert torch.load(last, weights_only=True)["global_step"] == 40
+
+    # the exported weights rebuild the network without Lightning, and it learned: PSNR above the input's
+    weights = run / "model.safetensors"
+    with safe_open(weights, "pt") as f:
+        meta = f.metadata()
+        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    assert meta["format"] == "derain-net-v2"
+    record = json.loads(meta["net"])
+    assert record["class_path"] == "derain.models.net.DerainNet"
+    net = DerainNet(**record["init_args"])
+    net.load_state_dict(state)
+    rain = to_tensor(read_rgb(data / "rain/000.png"))[None]
+    clean = to_tensor(read_rgb(data / "norain/000.png"))[None]
+    with torch.no_grad():
+        pred = net.eval()(rain).clamp(0, 1)
+
+    def psnr(a, b):
+        return -10 * torch.log10((a - b).square().mean()).item()
+
+    assert psnr(pred, clean) > psnr(rain, clean) + 1.0, (psnr(pred, clean), psnr(rain, clean))
+
+
+@pytest.mark.slow
+def test_fit_tests_the_best_checkpoint_and_prints_the_table(tmp_path, capsys):
+    root = tmp_path / "Rain"
+    make_folder(root / "train", n=4)
+    make_folder(root / "test", n=2, seed=1)
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        f"--data.pairs.root={root}",
+        "--data.pairs.val_fraction=0.25",
+        "--data.pairs.drop_test_overlap=false",
+        "--data.patch_size=32",
+        "--data.batch_size=3",
+        "--data.num_workers=0",
+        "--trainer.max_steps=2",
+        "--trainer.accelerator=cpu",
+        "--export=false",
+    ]
+    assert fit_main(args) == 0
+    out = capsys.readouterr().out
+    best = next((tmp_path / "run" / "checkpoints").glob("best-*.ckpt"))
+    assert f"Test (2 pairs), {best}:" in out
+    lines = out[out.index("Test (2 pairs)") :].splitlines()
+    assert lines[1].split() == ["PSNR-Y", "SSIM-Y", "PSNR", "SSIM"]
+    assert lines[2].split()[0] == "derained" and len(lines[2].split()) == 5
+    # the input's row scores the rainy images against the clean ones
+    metrics = DerainMetrics()
+    for name in ("000.png", "001.png"):
+        rain, clean = (to_tensor(read_rgb(root / "test" / sub / name))[None] for sub in ("rain", "norain"))
+        metrics.update(rain, clean)
+    scores = {k: float(v) for k, v in metrics.compute().items()}
+    psnr_y, ssim_y, psnr, ssim = (scores[k] for k in ("psnr_y", "ssim_y", "psnr", "ssim"))
+    assert lines[3].split() == ["input", f"{psnr_y:.2f}", f"{ssim_y:.4f}", f"{psnr:.2f}", f"{ssim:.4f}"]
+
+
+@pytest.mark.slow
+def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "derain.fit",
+            "--config",
+            str(REPO / "configs/rain100h.yaml"),
+            f"--data.pairs.root={tmp_path / 'nowhere'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert str(tmp_path / "nowhere") in proc.stderr
+    assert (
+        "train/{rain,norain}" in proc.stderr and "derain fit --config configs/synthetic.yaml" in proc.stderr
+    )
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_with_the_step(tmp_path, capsys):
+    data = make_folder(tmp_path / "pairs", n=2)
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        f"--data.pairs.train_dirs=[{data}]",
+        "--data.pairs.val_fraction=0",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+        "--data.num_workers=0",
+        "--model.lr=1e30",
+        "--model.warmup_steps=0",
+        "--trainer.max_steps=50",
+        "--trainer.limit_val_batches=0",
+    ]
+    assert fit_main(args) == 1
+    assert "training loss became" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
+    args = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={tmp_path}"]
+    args += ["--data.synthesis.builtin_photos=true", "--data.synthesis.length=8"]
+    assert fit_main([*args, f"--model.init_weights={tmp_path / 'nope.safetensors'}"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "nope.safetensors" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_ddp_on_two_cpu_processes(tmp_path):
+    data = make_folder(tmp_path / "pairs")
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "derain.fit",
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.pairs.train_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{make_folder(tmp_path / 'val', seed=1)}]",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+        "--data.num_workers=0",
+        "--trainer.max_steps=2",
+        "--trainer.strategy=ddp",
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+    ]
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 2
+    assert ckpt["derain_net"]["class_path"] == "derain.models.net.DerainNet"
+    assert (run / "model.safetensors").is_file()
+
+
+# The shipped weights' stages, each layered over the ones before it.
+SHIPPED = [
+    "derain-small/stage1.yaml",
+    "derain-small/stage2-augment.yaml",
+    "derain-small/stage3-large-patch.yaml",
+    "derain-small/stage4-rain-free.yaml",
+    "derain-small/stage5-continue.yaml",
+    "derain-small/stage6-continue.yaml",
+    "derain-small/stage7-garg-long.yaml",
+]
+
+
+STAGE8_LONG = [
+    "derain-small/stage8-arm-focused.yaml",
+    "derain-small/stage8-arm-focused-light.yaml",
+    "derain-small/stage8-long.yaml",
+]
+
+
+RECIPES = [
+    *(SHIPPED[:n] for n in range(1, len(SHIPPED) + 1)),
+    [*SHIPPED[:4], "derain-small/gpu.yaml"],
+    [*SHIPPED, "derain-small/stage8-arm-mix.yaml"],
+    [*SHIPPED, "derain-small/stage8-arm-focused.yaml"],
+    [*SHIPPED, "derain-small/stage8-arm-focused.yaml", "derain-small/stage8-arm-focused-light.yaml"],
+    [*SHIPPED, *STAGE8_LONG],
+    ["rain100h.yaml"],
+    ["synthetic.yaml"],
+]
+
+
+def test_the_recipes_cover_every_config():
+    configs = REPO / "configs"
+    assert {name for stages in RECIPES for name in stages} == {
+        p.relative_to(configs).as_posix() for p in configs.rglob("*.yaml")
+    }
+    # one line per stage in the recipe's README
+    readme = (configs / "derain-small" / "README.md").read_text()
+    assert all(f"`{Path(name).name}`" in readme for name in [*SHIPPED, "derain-small/gpu.yaml"])
+
+
+def test_no_config_needs_the_development_data_folder():
+    for path in (REPO / "configs").rglob("*.yaml"):
+        body = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+        assert "shared" not in body, f"{path} names ../shared: use $DERAIN_DATA"
+
+
+@pytest.mark.parametrize("stages", RECIPES, ids=lambda stages: "+".join(Path(s).stem for s in stages))
+def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # bare names resolve to the bundled configs from any folder
+    args = [a for name in stages for a in ("--config", name)]
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main([*args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    data, model, last = config["data"], config["model"], Path(stages[-1]).stem
+    if "stage1" in last:
+        assert data["pairs"]["train_dirs"][0] == "$DERAIN_DATA/rain100h-train-mini"
+    if any("stage2-augment" in s for s in stages):
+        augment = data["synthesis"]["layer_augment"]
+        assert augment["angle"] == 12.0 and augment["mix"] == 0.15
+    if last == "stage2-augment":
+        assert model["schedule_steps"] == 4200
+    if last in ("stage3-large-patch", "stage4-rain-free", "stage5-continue"):
+        assert (data["patch_size"], data["batch_size"]) == (256, 2)
+    if last == "stage3-large-patch":  # as run: its own cosine, from the augment stage
+        assert model["schedule_steps"] is None
+        assert model["init_weights"] == "runs/derain-small/stage2/model.safetensors"
+    if any("stage4-rain-free" in s for s in stages):
+        rain_free = 0.1 if any("stage8-arm-focused" in s for s in stages) else 0.15
+        assert data["synthesis"]["rain_free_prob"] == rain_free and model["schedule_steps"] is None
+        assert config["checkpoint"]["save_top_k"] == 3
+    if last == "stage4-rain-free":
+        assert model["init_weights"] == "runs/derain-small/stage3/model.safetensors"
+    if last == "stage5-continue":
+        assert model["init_weights"] == "runs/derain-small/stage4/model.safetensors" and model["lr"] == 1e-4
+        assert (config["seed_everything"], config["trainer"]["max_steps"]) == (7, 2200)
+    if last == "stage7-garg-long":  # Rain200H validates beside the Rain100H hold-out, and donates no rain
+        assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
+        assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini"]
+        assert "$DERAIN_DATA/rain200h-test-samples" not in data["pairs"]["train_dirs"]
+        assert data["synthesis"]["transplant_from"] == ["$DERAIN_DATA/rain100h-train-mini"]
+        assert data["synthesis"]["layer_share"] == 0.3
+        assert model["init_weights"] == "runs/derain-small/stage6/model.safetensors"
+    # the same validation in every stage-8 run: 7 heavy pairs and 40 RainTrainL ones
+    if last.startswith("stage8"):
+        assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
+        assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
+        assert (data["pairs"]["val_fraction"], data["seed"]) == (0.2, 0)
+        assert model["init_weights"] == "runs/derain-small/stage7/model.safetensors"
+        assert (data["patch_size"], data["batch_size"]) == (256, 2)
+    if last.startswith("stage8-arm"):  # the arms compare at equal CPU work
+        assert config["trainer"]["max_steps"] == 1400
+    if last == "stage8-arm-focused-light":
+        assert "$DERAIN_DATA/raintrainl" in data["pairs"]["train_dirs"]
+        assert data["synthesis"]["transplant_shares"] == [0.75, 0.25]
+    if last == "stage8-long":  # the focused + light arm, long, on one cosine from stage 7, same validation
+        assert data["synthesis"]["transplant_shares"] == [0.75, 0.25] and model["lr"] == 3e-4
+        assert model["schedule_steps"] is None and config["trainer"]["max_steps"] == 9000
+        assert config["trainer"]["default_root_dir"] == "runs/derain-small/stage8-long"
+    if last == "gpu":  # prepared for a lent GPU: shipped weights, no runs/ needed
+        assert model["init_weights"] == "packaged" and data["synthesis"]["rain_free_prob"] == 0.15
+        assert (config["trainer"]["accelerator"], data["batch_size"]) == ("gpu", 16)
+    if last == "rain100h":
+        assert data["pairs"]["root"] == "datasets/Rain100H" and data["pairs"]["drop_test_overlap"] is True
