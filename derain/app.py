@@ -26,7 +26,7 @@ from torch import nn
 
 from derain import arguments
 from derain.extras import MissingExtraError
-from derain.inference import ensemble_flips, load_image, restore
+from derain.inference import ensemble_flips, read_image, restore
 from derain.inference.video import VideoError, derain_video, probe
 from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
 from derain.models import DerainNet
@@ -107,7 +107,7 @@ def _pixel_count(path: Path) -> int | None:
                 f"This photo has over {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.3g} megapixels, more than "
                 "this page decodes."
             ) from None
-        return None  # a format PIL does not know: load_image decides
+        return None  # a format PIL does not know: read_image decides
     return h * w
 
 
@@ -194,7 +194,7 @@ def build_app(
         """Derain the uploaded photo: (before, after) previews, the full-size PNG, and a status line.
 
         The upload arrives as Gradio's file payload (``preprocess=False``), not decoded by Gradio, so that
-        files that are not images get a readable message from ``load_image`` rather than a PIL traceback.
+        files that are not images get a readable message from ``read_image`` rather than a PIL traceback.
         """
         if not photo or not photo.get("path"):
             raise gr.Error("Upload a rainy photo first, or click one of the examples.")
@@ -207,7 +207,7 @@ def build_app(
                 "Use `python -m derain.infer` for very large photos."
             )
         try:
-            image = load_image(source)
+            image = read_image(source)
         except ValueError as err:  # ImageReadError: "cannot read image <cache path>: <reason>"
             reason = str(err).rsplit(": ", 1)[-1]
             raise gr.Error(f"{name} is not an image this page can read ({reason}).") from None
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.app") -
         warning = UNTRAINED_WARNING
     else:
         try:
-            model = arguments.load_model(args)
+            model = arguments.model_from_args(args)
         except arguments.UsageError as err:
             hint = "(or start with --random-weights to see the page with an untrained network)"
             return arguments.usage_error(err, hint)

@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluat
     model = None
     if args.rain is not None:
         try:
-            model = arguments.load_model(args)
+            model = arguments.model_from_args(args)
         except arguments.UsageError as err:
             return arguments.usage_error(err)
     names = None

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from derain import arguments
 from derain.extras import MissingExtraError
-from derain.inference import load_image, restore
+from derain.inference import read_image, restore
 from derain.inference.video import (
     VIDEO_SUFFIXES,
     VideoError,
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
                     if result.audio.startswith("dropped"):
                         bar.write(f"{path}: audio {result.audio}", file=sys.stderr)
                 else:
-                    image = load_image(path)
+                    image = read_image(path)
                     result = restore(
                         model, image, tile=args.tile, overlap=args.overlap, ensemble=args.ensemble
                     )
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.infer")
     if unsupported is not None:
         return arguments.usage_error(unsupported)
     try:
-        model = arguments.load_model(args)
+        model = arguments.model_from_args(args)
     except arguments.UsageError as err:
         return arguments.usage_error(err)
     args.in_dir, args.out_dir = in_dir, out_dir

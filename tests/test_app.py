@@ -26,7 +26,7 @@ from helpers import make_clip, tiny_net
 from PIL import Image
 from torch import Tensor, nn
 
-from derain.inference import load_image, restore
+from derain.inference import read_image, restore
 from derain.inference.video import probe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def test_derain_endpoint_returns_before_after_and_png(client: Client, tmp_path: 
         handle_file(str(tmp_path / "rainy.png")), api_name="/derain"
     )
     assert Path(png).name == "rainy-derained.png"
-    result = load_image(png)
+    result = read_image(png)
     assert result.shape == (90, 130, 3) and result.dtype == np.uint8  # full resolution, tiled (tile=64)
     assert cv2.imread(before).shape == cv2.imread(after).shape == (90, 130, 3)  # slider previews
     assert status.startswith("Derained 130×90 pixels in")
@@ -139,7 +139,7 @@ def test_examples_are_small_rainy_photos() -> None:
     assert len(examples) >= 3
     for path in examples:
         assert path.stat().st_size < 200_000
-        assert load_image(path).shape[2] == 3
+        assert read_image(path).shape[2] == 3
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ def test_decompression_bombs_are_refused_before_decoding(
         Image, "MAX_IMAGE_PIXELS", 10_000
     )  # PIL's guard now refuses headers over 20,000 pixels
     decoded: list[Any] = []
-    monkeypatch.setattr(app, "load_image", lambda path: decoded.append(path) or load_image(path))
+    monkeypatch.setattr(app, "read_image", lambda path: decoded.append(path) or read_image(path))
     with pytest.raises(Exception, match="over 0.02 megapixels, more than this page decodes"):
         client.predict(handle_file(str(tmp_path / "bomb.png")), api_name="/derain")
     assert decoded == []
@@ -252,7 +252,7 @@ def test_sixteen_clients_at_once_each_get_their_own_photo_derained(app: ModuleTy
         (before, after), png, status = result
         assert Path(png).name == f"photo-{i:02d}-derained.png"
         np.testing.assert_array_equal(cv2.imread(before)[:, :, ::-1], photos[i])
-        assert np.abs(load_image(png).astype(int) - expected[i]).max() <= 1
+        assert np.abs(read_image(png).astype(int) - expected[i]).max() <= 1
         assert status.startswith("Derained 56×40 pixels")
     assert "notes.txt is not an image this page can read" in str(results[16])
     assert "0.1 megapixels; the limit here is 0.02" in str(results[17])

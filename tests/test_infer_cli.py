@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from derain.infer import main, parse_shard
-from derain.inference import load_image, load_model, restore
+from derain.inference import load_model, read_image, restore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,13 +62,13 @@ def test_folder_with_good_and_broken_files(
         "rgba.png",
     ]
 
-    assert load_image(out / "good.png").shape == (24, 40, 3)
-    assert load_image(out / "photo.png").shape == (32, 24, 3)
-    assert load_image(out / "gray.png").shape == (20, 28)
-    rgba_in, rgba_out = load_image(photos / "rgba.png"), load_image(out / "rgba.png")
+    assert read_image(out / "good.png").shape == (24, 40, 3)
+    assert read_image(out / "photo.png").shape == (32, 24, 3)
+    assert read_image(out / "gray.png").shape == (20, 28)
+    rgba_in, rgba_out = read_image(photos / "rgba.png"), read_image(out / "rgba.png")
     assert rgba_out.shape == (20, 28, 4)
     np.testing.assert_array_equal(rgba_out[:, :, 3], rgba_in[:, :, 3])
-    assert load_image(out / "deep.png").dtype == np.uint16
+    assert read_image(out / "deep.png").dtype == np.uint16
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
 
     # A re-run skips what is done and retries only the broken files.
@@ -105,8 +105,8 @@ def test_recursive_mirrors_subfolders_and_format(photos: Path, tmp_path: Path, t
     ]
     assert main(argv) == 0
     assert (out / "sub" / "inner.jpg").is_file()
-    assert load_image(out / "rgba.jpg").shape == (20, 28, 3)  # no alpha in JPEG
-    assert load_image(out / "deep.jpg").dtype == np.uint8
+    assert read_image(out / "rgba.jpg").shape == (20, 28, 3)  # no alpha in JPEG
+    assert read_image(out / "deep.jpg").dtype == np.uint8
     out_same = tmp_path / "same"
     assert main([str(photos), str(out_same), "--weights", str(tiny_weights), "--format", "same"]) == 0
     assert (out_same / "photo.jpg").is_file() and (out_same / "good.png").is_file()
@@ -114,13 +114,13 @@ def test_recursive_mirrors_subfolders_and_format(photos: Path, tmp_path: Path, t
 
 def test_ensemble_flag_reaches_restore(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:
     model = load_model(tiny_weights, device="cpu")
-    image = load_image(photos / "good.png")
+    image = read_image(photos / "good.png")
     for n in (1, 4):
         out = tmp_path / f"out{n}"
         argv = [str(photos), str(out), "--weights", str(tiny_weights), "--ensemble", str(n)]
         assert main(argv) == 1  # the two broken files in the folder
-        np.testing.assert_array_equal(load_image(out / "good.png"), restore(model, image, ensemble=n))
-    assert not np.array_equal(load_image(tmp_path / "out1/good.png"), load_image(tmp_path / "out4/good.png"))
+        np.testing.assert_array_equal(read_image(out / "good.png"), restore(model, image, ensemble=n))
+    assert not np.array_equal(read_image(tmp_path / "out1/good.png"), read_image(tmp_path / "out4/good.png"))
 
 
 def test_shards_split_the_sorted_list(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:

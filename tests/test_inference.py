@@ -22,8 +22,8 @@ from derain.inference import (
     WeightsError,
     WeightsNotFoundError,
     blend_window,
-    load_image,
     load_model,
+    read_image,
     restore,
     tile_starts,
 )
@@ -284,19 +284,19 @@ def test_large_images_are_tiled_automatically(monkeypatch: pytest.MonkeyPatch) -
     assert len(seen) > 1 and all(s[-2:] == (128, 128) for s in seen)
 
 
-# ------------------------------------------------------------------------------------------------ load_image
+# ------------------------------------------------------------------------------------------------ read_image
 
 
-def test_load_image_keeps_depth_alpha_and_gray(tmp_path: Path) -> None:
+def test_read_image_keeps_depth_alpha_and_gray(tmp_path: Path) -> None:
     rgba = np.random.default_rng(0).integers(0, 256, (10, 12, 4), dtype=np.uint8)
     cv2.imwrite(str(tmp_path / "rgba.png"), cv2.cvtColor(rgba, cv2.COLOR_RGBA2BGRA))
-    np.testing.assert_array_equal(load_image(tmp_path / "rgba.png"), rgba)
+    np.testing.assert_array_equal(read_image(tmp_path / "rgba.png"), rgba)
     deep = np.random.default_rng(1).integers(0, 65536, (10, 12, 3), dtype=np.uint16)
     cv2.imwrite(str(tmp_path / "deep.png"), cv2.cvtColor(deep, cv2.COLOR_RGB2BGR))
-    np.testing.assert_array_equal(load_image(tmp_path / "deep.png"), deep)
+    np.testing.assert_array_equal(read_image(tmp_path / "deep.png"), deep)
     gray = rgba[:, :, 0]
     cv2.imwrite(str(tmp_path / "gray.png"), gray)
-    np.testing.assert_array_equal(load_image(tmp_path / "gray.png"), gray)
+    np.testing.assert_array_equal(read_image(tmp_path / "gray.png"), gray)
 
 
 def tagged(orientation: int, *, xmp: bool = False) -> dict[str, object]:
@@ -335,7 +335,7 @@ def test_readers_turn_photos_upright_as_pil_does(tmp_path: Path, kind: str, orie
     with Image.open(path) as im:
         expected = np.asarray(ImageOps.exif_transpose(im).convert("RGB")).astype(int)
     assert expected.shape == ((64, 48, 3) if orientation >= 5 else (48, 64, 3))
-    for loaded in (load_image(path), read_rgb(path)):  # one reader under both, so they agree
+    for loaded in (read_image(path), read_rgb(path)):  # one reader under both, so they agree
         assert loaded.shape == expected.shape
         assert np.abs(loaded - expected).mean() < 2.0
     assert image_size(path) == expected.shape[:2]  # the header alone tells the upright size
@@ -363,7 +363,7 @@ def test_exif_orientation_keeps_16_bit_and_alpha(
 ) -> None:
     stored = np.random.default_rng(0).integers(0, 65536, (10, 14, 4), dtype=np.uint16)
     (tmp_path / "deep.png").write_bytes(png_with_orientation(stored, orientation))
-    loaded = load_image(tmp_path / "deep.png")
+    loaded = read_image(tmp_path / "deep.png")
     assert loaded.dtype == np.uint16
     np.testing.assert_array_equal(loaded, upright(stored))
     np.testing.assert_array_equal(read_rgb(tmp_path / "deep.png"), to_rgb8(loaded))
@@ -373,7 +373,7 @@ def test_restore_on_exif_rotated_photo(tiny_net: DerainNet, tmp_path: Path) -> N
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90° clockwise to display
     Image.fromarray(smooth_image(40, 64)).save(tmp_path / "rotated.jpg", exif=exif)
-    out = restore(tiny_net, load_image(tmp_path / "rotated.jpg"))
+    out = restore(tiny_net, read_image(tmp_path / "rotated.jpg"))
     assert out.shape == (64, 40, 3) and out.dtype == np.uint8
 
 
@@ -381,12 +381,12 @@ def test_restore_on_exif_rotated_photo(tiny_net: DerainNet, tmp_path: Path) -> N
     ("content", "match"),
     [(b"", "the file is empty"), (b"\x89PNG\r\n\x1a\nbroken", "not a decodable image")],
 )
-def test_load_image_errors_name_the_file(tmp_path: Path, content: bytes, match: str) -> None:
+def test_read_image_errors_name_the_file(tmp_path: Path, content: bytes, match: str) -> None:
     (tmp_path / "bad.png").write_bytes(content)
     with pytest.raises(ImageReadError, match=rf"bad\.png: {match}"):
-        load_image(tmp_path / "bad.png")
+        read_image(tmp_path / "bad.png")
     with pytest.raises(ImageReadError, match=r"missing\.png"):
-        load_image(tmp_path / "missing.png")
+        read_image(tmp_path / "missing.png")
 
 
 def test_written_files_get_ordinary_permissions(tmp_path):

@@ -5,9 +5,9 @@ alpha, device and dtype of the model, tiling with smooth blending for large imag
 
 Example:
     >>> from derain import load_model, restore
-    >>> from derain.inference import load_image
+    >>> from derain.inference import read_image
     >>> model = load_model("derain-small.safetensors")        # doctest: +SKIP
-    >>> clean = restore(model, load_image("rainy.jpg"))        # doctest: +SKIP
+    >>> clean = restore(model, read_image("rainy.jpg"))        # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from derain.io import read_image
-
 __all__ = [
     "DEFAULT_TILE",
     "ENSEMBLE_FLIPS",
     "MAX_PIXELS_UNTILED",
     "blend_window",
     "ensemble_flips",
-    "load_image",
     "restore",
     "tile_starts",
 ]
@@ -36,15 +33,6 @@ DEFAULT_TILE = 512
 
 MAX_PIXELS_UNTILED = 1024 * 1024
 """Images with more pixels than this are tiled when ``tile=None`` (bounds memory: about 1 GB at this size)."""
-
-
-# ---------------------------------------------------------------------------------------------- image loading
-
-load_image = read_image
-"""The package's one image reader, :func:`derain.io.read_image`: gray, RGB or RGBA, 8 or 16 bit, EXIF-upright.
-
-Unlike ``derain.io.read_rgb`` it keeps what ``restore`` can give back: alpha, 16-bit depth and grayscale.
-"""
 
 
 # ------------------------------------------------------------------------------------------------ tiling
