@@ -92,6 +92,29 @@ def _split_channels(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, s
     )
 
 
+def _full_scale(image: np.ndarray) -> float:
+    """The value of a full-scale pixel of ``image``: 255 for ``uint8``, 65535 for ``uint16``."""
+    if not isinstance(image, np.ndarray):
+        raise TypeError(f"restore expects a numpy array, got {type(image).__name__}")
+    if image.dtype == np.uint8:
+        return 255.0
+    if image.dtype == np.uint16:
+        return 65535.0
+    raise ValueError(f"restore expects uint8 or uint16 pixels, got {image.dtype}")
+
+
+def _tile_size(pixels: int, tile: int | None, overlap: int, max_pixels_untiled: int) -> int:
+    """The tile size ``restore`` uses (0: whole image) for an image of ``pixels``, once ``tile`` and ``overlap``
+    are checked: ``tile=None`` tiles with ``DEFAULT_TILE`` only above ``max_pixels_untiled``."""
+    if tile is None:
+        tile = DEFAULT_TILE if pixels > max_pixels_untiled else 0
+    if tile < 0 or overlap < 0:
+        raise ValueError(f"tile and overlap should be >= 0, got tile={tile}, overlap={overlap}")
+    if tile and overlap >= tile:
+        raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
+    return tile
+
+
 ENSEMBLE_FLIPS: dict[int, tuple[tuple[int, ...], ...]] = {
     1: ((),),
     2: ((), (3,)),
@@ -164,24 +187,12 @@ def restore(
     Raises:
         ValueError: on an unsupported shape or dtype, or ``overlap``/``tile`` values that cannot work.
     """
-    if not isinstance(image, np.ndarray):
-        raise TypeError(f"restore expects a numpy array, got {type(image).__name__}")
-    if image.dtype == np.uint8:
-        scale = 255.0
-    elif image.dtype == np.uint16:
-        scale = 65535.0
-    else:
-        raise ValueError(f"restore expects uint8 or uint16 pixels, got {image.dtype}")
+    scale = _full_scale(image)
     rgb, alpha, kind = _split_channels(image)
     h, w = rgb.shape[:2]
     if h == 0 or w == 0:
         raise ValueError(f"restore got an empty image of shape {image.shape}")
-    if tile is None:
-        tile = DEFAULT_TILE if h * w > max_pixels_untiled else 0
-    if tile < 0 or overlap < 0:
-        raise ValueError(f"tile and overlap should be >= 0, got tile={tile}, overlap={overlap}")
-    if tile and overlap >= tile:
-        raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
+    tile = _tile_size(h * w, tile, overlap, max_pixels_untiled)
     if batch_size < 1:
         raise ValueError(f"batch_size should be >= 1, got {batch_size}")
     flips = ensemble_flips(ensemble)
