@@ -1,4 +1,5 @@
-"""load_model and restore: what a user loads, what comes back for each kind of image, and how tiling behaves."""
+"""load_model, restore and SpeedEstimate: what a user loads, what comes back for each kind of image, how tiling behaves,
+and what the page expects restoring to take."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -26,7 +28,9 @@ from derain.inference import (
     read_image,
     restore,
     tile_starts,
+    timing,
 )
+from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
 from derain.io import ImageReadError, image_size, read_rgb, to_rgb8
 from derain.models import DerainNet, network_record
 
@@ -397,3 +401,57 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     out = tmp_path / "x.png"
     write_image_atomic(out, np.zeros((4, 4, 3), np.uint8))
     assert stat.S_IMODE(out.stat().st_mode) == default_file_mode()
+
+
+# ------------------------------------------------------------------------------------------------ timing
+
+
+class Slow(nn.Module):
+    """Returns its input, advancing a clock by ``delays[i]`` seconds on call i (the last delay after that)."""
+
+    def __init__(self, delays: list[float]) -> None:
+        super().__init__()
+        self.delays, self.calls, self.clock = delays, 0, 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock += self.delays[min(self.calls, len(self.delays) - 1)]
+        self.calls += 1
+        return x
+
+
+def test_the_start_up_reading_is_a_warm_up_then_a_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow first call (set-up) and one slow timed pass (a busy moment) do not make the reading."""
+    model = Slow([0.4, 0.3, 0.02, 0.02])
+    monkeypatch.setattr(
+        timing, "time", SimpleNamespace(perf_counter=lambda: model.clock)
+    )  # the model's clock
+    speed = SpeedEstimate.measure(model, tile=None, overlap=32, rounds=3)
+    assert model.calls == 4  # the warm-up and three timed passes
+    h, w = SpeedEstimate.CALIBRATION
+    assert speed.per_megapixel == pytest.approx(0.02 / (h * w / 1e6))
+
+
+def test_the_estimate_follows_the_measured_photos() -> None:
+    speed = SpeedEstimate(50.0, window=3)  # the start-up reading, on a busy CPU
+    assert speed.seconds(2 * 10**6, passes=4) == 400.0
+    speed.update(2 * 10**6, 1, 2.0)  # 1 s a megapixel
+    assert speed.per_megapixel == 1.0  # measured photos replace the start-up reading
+    speed.update(10**6, 2, 60.0)  # one slow photo: 30 s a megapixel
+    speed.update(5 * 10**5, 4, 2.4)  # 1.2 s
+    assert speed.per_megapixel == 1.2  # the median of the three
+    speed.update(10**6, 1, 0.5)
+    speed.update(10**6, 1, 0.5)
+    assert speed.per_megapixel == 0.5  # the window holds the last three
+    speed.update(0, 1, 1.0)  # nothing measured: ignored
+    assert speed.per_megapixel == 0.5
+
+
+def test_auto_quality_is_best_only_within_the_limit_at_one_megapixel() -> None:
+    assert BEST_DEFAULT_MAX_S == 3.0
+    assert SpeedEstimate(0.75).auto_quality(4) == "best"  # 3 s for 4 passes
+    assert SpeedEstimate(0.76).auto_quality(4) == "fast"
+    assert SpeedEstimate(1.5).auto_quality(2) == "best"
+    with pytest.raises(ValueError, match="need per_megapixel > 0 and window >= 1, got 0.0 and 9"):
+        SpeedEstimate(0.0)
+    with pytest.raises(ValueError, match="rounds should be >= 1, got 0"):
+        SpeedEstimate.measure(Slow([0.0]), tile=None, overlap=32, rounds=0)
