@@ -31,8 +31,15 @@ from derain.inference.timing import SpeedEstimate
 from derain.inference.video import VideoError, VideoInfo, derain_video, probe
 from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
 
-__all__ = ["MAX_MEGAPIXELS", "MAX_QUEUE", "MAX_VIDEO_SECONDS", "QUALITIES", "PageHandlers", "PageSettings"]
-__all__ += ["RequestError"]
+__all__ = [
+    "MAX_MEGAPIXELS",
+    "MAX_QUEUE",
+    "MAX_VIDEO_SECONDS",
+    "QUALITIES",
+    "PageHandlers",
+    "PageSettings",
+    "RequestError",
+]
 
 MAX_MEGAPIXELS = 40.0
 MAX_VIDEO_SECONDS = 10.0  # longer clips are refused with a message: derain infer has no limit
