@@ -5,25 +5,23 @@ the page's start-up estimate said they would take.
 
 Times ``restore`` on a 1-megapixel photo (the examples resized to 1155×866) with ``ensemble`` 1 and
 ``--ensemble``, interleaved rounds after a warm-up, the median of each and their ratio; then the page's
-``SpeedEstimate`` for the same photo and which quality ``--quality auto`` would make the page's default
-(``derain.app.BEST_DEFAULT_MAX_S``). Prints a table, then one ``RESULT`` JSON line.
+``SpeedEstimate`` (``derain.inference.timing``: its start-up reading) for the same photo and which quality
+``--quality auto`` would make the page's default (``BEST_DEFAULT_MAX_S``). Prints a table, then one ``RESULT``
+JSON line. Imports no gradio.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+import numpy as np
+from common import report
+from infer import photos
 
-import numpy as np  # noqa: E402
-from common import report  # noqa: E402
-from infer import photos  # noqa: E402
-
-from derain import app  # noqa: E402
-from derain.inference import load_model, restore  # noqa: E402
+from derain.inference import load_model, restore
+from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
 
 SIZE = (866, 1155)  # 1.0 megapixel, the examples' 4:3
 
@@ -37,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     model = load_model(args.weights, device=args.device)
     photo = photos(1, SIZE)[0]
-    estimate = app.SpeedEstimate(model, tile=None, overlap=32)  # what the page measures at start-up
+    estimate = SpeedEstimate.measure(model, tile=None, overlap=32)  # what the page measures at start-up
     restore(model, photo)  # warm-up at this size
     times: dict[str, list[float]] = {"fast": [], "best": []}
     for _ in range(args.rounds):
@@ -60,7 +58,7 @@ def main() -> None:
         ("page's estimate, Fast / Best", f"{predicted['fast']:.2f} s / {predicted['best']:.2f} s"),
         (
             "auto default",
-            f"{default} (Best at 1 MP {one_mp_best:.2f} s vs limit {app.BEST_DEFAULT_MAX_S:g} s)",
+            f"{default} (Best at 1 MP {one_mp_best:.2f} s vs limit {BEST_DEFAULT_MAX_S:g} s)",
         ),
     ]
     report(

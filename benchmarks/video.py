@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 from common import report
 
-from derain.inference import load_image, load_model, packaged_weights, restore
+from derain.inference import load_model, packaged_weights, read_image, restore
 from derain.inference.onnx import OnnxNet, cached_onnx
 from derain.inference.video import derain_video
 from derain.synth import add_rain
@@ -67,7 +67,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 def panned_clip(path: Path, frames: int, step: int, size: tuple[int, int] = (480, 854)) -> list[np.ndarray]:
     """Write a rainy H.264 clip of an example photo panned ``step`` px a frame; return the clean frames."""
-    photo = load_image(sorted((REPO / "datasets" / "examples").glob("*.jpg"))[0])
+    photo = read_image(sorted((REPO / "datasets" / "examples").glob("*.jpg"))[0])
     h, w = size
     canvas = cv2.resize(photo, (w + step * frames, h), interpolation=cv2.INTER_CUBIC)
     rng = np.random.default_rng(0)
@@ -150,7 +150,7 @@ def main() -> None:
     if scenes:
         per = defaultdict(list)
         for paths in scenes.values():
-            frames = [load_image(p) for p in paths]
+            frames = [read_image(p) for p in paths]
             derained = [restore(nets["torch"], f) for f in frames]
             per["input"].append(flicker(frames))
             per["derained"].append(flicker(derained))

@@ -1,9 +1,10 @@
 """The command-line options that ``derain infer``, ``derain evaluate`` and ``derain app`` share, written once.
 
 ``--weights``, ``--device``, ``--backend`` say which network runs where; ``--tile``, ``--overlap`` and
-``--ensemble`` how ``restore`` runs it. :func:`load_model` reads the first three, checks the other two and
-loads the network, or raises a :class:`UsageError` with one line (exit status 2): a weights file that is not one,
-a device torch does not know or cannot use, a backend without its extra.
+``--ensemble`` how ``restore`` runs it. :func:`model_from_args` reads the first three, checks the other two and
+loads the network (:func:`derain.inference.load_model`), or raises a :class:`UsageError` with one line (exit
+status 2): a weights file that is not one, a device torch does not know or cannot use, a backend without its
+extra.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from derain.extras import MissingExtraError
-from derain.inference import BACKENDS, DEFAULT_BACKEND, DEFAULT_TILE, ENSEMBLE_FLIPS
-from derain.inference import load_model as _load_model
+from derain.inference import BACKENDS, DEFAULT_BACKEND, DEFAULT_TILE, ENSEMBLE_FLIPS, load_model
 
-__all__ = ["UsageError", "add_model_arguments", "check_tiling", "load_model", "usage_error"]
+__all__ = [
+    "UsageError",
+    "add_model_arguments",
+    "check_device",
+    "check_tiling",
+    "model_from_args",
+    "usage_error",
+]
 
 
 class UsageError(Exception):
@@ -87,17 +95,27 @@ def check_tiling(args: argparse.Namespace) -> None:
         )
 
 
-def load_model(args: argparse.Namespace) -> nn.Module:
-    """The network ``--weights`` records, on ``--device``, run by ``--backend``, once the tiling is checked.
+def check_device(device: str | None) -> None:
+    """A ``UsageError`` unless torch knows ``--device`` and can put a tensor there (``None``: the default)."""
+    if device is None:
+        return
+    try:
+        torch.empty(0, device=torch.device(device))
+    except (RuntimeError, AssertionError) as err:  # torch's words for an unknown or unavailable device
+        raise UsageError(f"cannot use --device {device!r}: {err}") from None
+
+
+def model_from_args(args: argparse.Namespace) -> nn.Module:
+    """The network ``--weights`` records, on ``--device``, run by ``--backend``, once tiling and device are checked.
 
     Raises:
-        UsageError: bad tiling, a weights file that cannot be loaded, a device that cannot be used, or a backend
+        UsageError: bad tiling, a device that cannot be used, a weights file that cannot be loaded, or a backend
             whose extra is not installed (one line each).
     """
     check_tiling(args)
+    if args.backend == "torch":  # onnxruntime names a device other than the CPU itself
+        check_device(args.device)
     try:
-        return _load_model(args.weights, device=args.device, backend=args.backend)
+        return load_model(args.weights, device=args.device, backend=args.backend)
     except (ValueError, MissingExtraError) as err:  # WeightsError, or a backend that cannot run here
         raise UsageError(str(err)) from None
-    except (RuntimeError, AssertionError) as err:  # torch's words for an unknown or unavailable device
-        raise UsageError(f"cannot use --device {args.device!r}: {err}") from None

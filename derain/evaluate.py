@@ -214,39 +214,19 @@ def build_parser(prog: str = "python -m derain.evaluate") -> argparse.ArgumentPa
     return parser
 
 
-def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluate") -> int:
-    """Command-line entry; returns the exit status (0 all scored, 1 some files unpaired/unscored, 2 usage)."""
-    args = build_parser(prog).parse_args(argv)
-    test_dir = args.rain or args.pred
-    for flag, folder in (("--rain" if args.rain else "--pred", test_dir), ("--clean", args.clean)):
+def _folder_error(args: argparse.Namespace) -> str | None:
+    """The usage error of ``--rain``/``--pred`` and ``--clean``, ``None`` when both are folders."""
+    flag = "--rain" if args.rain else "--pred"
+    for name, folder in ((flag, args.rain or args.pred), ("--clean", args.clean)):
         if not folder.is_dir():
-            print(f"error: {flag} {folder} is not a folder", file=sys.stderr)
-            return 2
-    model = None
-    if args.rain is not None:
-        try:
-            model = arguments.load_model(args)
-        except arguments.UsageError as err:
-            return arguments.usage_error(err)
-    names = None
-    if args.names is not None:
-        names = {n.strip() for n in args.names.split(",") if n.strip()}
-        if not names:
-            print(f"error: --names {args.names!r} names no file", file=sys.stderr)
-            return 2
-    try:
-        rows, pairing, problems = evaluate(
-            test_dir,
-            args.clean,
-            model=model,
-            tile=args.tile,
-            overlap=args.overlap,
-            names=names,
-            ensemble=args.ensemble,
-        )
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+            return f"{name} {folder} is not a folder"
+    return None
+
+
+def _report(
+    args: argparse.Namespace, test_dir: Path, rows: list[Row], pairing: Pairing, problems: list[str]
+) -> int:
+    """Print what could not be scored (stderr), then the scores (a table, or ``--json``); the exit status."""
     for name in pairing.missing_clean:
         print(f"missing: no clean image in {args.clean} for {name}", file=sys.stderr)
     for name in pairing.missing_test:
@@ -254,8 +234,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluat
     for message in problems:
         print(f"failed: {message}", file=sys.stderr)
     if not rows:
-        print(f"error: no image pairs could be scored between {test_dir} and {args.clean}", file=sys.stderr)
-        return 2
+        return arguments.usage_error(f"no image pairs could be scored between {test_dir} and {args.clean}")
     summary = summarize(rows)
     if args.csv is not None:
         _write_csv(args.csv, rows)
@@ -270,6 +249,39 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluat
     else:
         _print_table(rows, summary)
     return 1 if pairing.missing_clean or pairing.missing_test or problems else 0
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluate") -> int:
+    """Command-line entry; returns the exit status (0 all scored, 1 some files unpaired/unscored, 2 usage)."""
+    args = build_parser(prog).parse_args(argv)
+    test_dir = args.rain or args.pred
+    problem = _folder_error(args)
+    if problem is not None:
+        return arguments.usage_error(problem)
+    model = None
+    if args.rain is not None:
+        try:
+            model = arguments.model_from_args(args)
+        except arguments.UsageError as err:
+            return arguments.usage_error(err)
+    names = None
+    if args.names is not None:
+        names = {n.strip() for n in args.names.split(",") if n.strip()}
+        if not names:
+            return arguments.usage_error(f"--names {args.names!r} names no file")
+    try:
+        rows, pairing, problems = evaluate(
+            test_dir,
+            args.clean,
+            model=model,
+            tile=args.tile,
+            overlap=args.overlap,
+            names=names,
+            ensemble=args.ensemble,
+        )
+    except ValueError as err:
+        return arguments.usage_error(err)
+    return _report(args, test_dir, rows, pairing, problems)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from derain import arguments
 from derain.extras import MissingExtraError
-from derain.inference import load_image, restore
+from derain.inference import read_image, restore
 from derain.inference.video import (
     VIDEO_SUFFIXES,
     VideoError,
@@ -33,9 +33,20 @@ from derain.inference.video import (
     video_output_suffix,
     video_support,
 )
-from derain.io import IMAGE_SUFFIXES, to_8bit, write_image_atomic
+from derain.io import IMAGE_SUFFIXES, ImageReadError, to_8bit, write_image_atomic
 
-__all__ = ["Summary", "find_inputs", "is_video", "output_path", "parse_shard", "run", "main"]
+__all__ = [
+    "Plan",
+    "Summary",
+    "find_inputs",
+    "is_video",
+    "output_path",
+    "parse_shard",
+    "plan_outputs",
+    "run",
+    "main",
+]
+__all__ += ["select_inputs"]
 
 JPEG_QUALITY = 95
 _DEEP_SUFFIXES = (".png", ".tif", ".tiff")  # formats that hold 16-bit samples through OpenCV
@@ -136,48 +147,108 @@ def _frame_count(path: Path) -> int:
         return 1  # reported when it is derained
 
 
-def run(args: argparse.Namespace, model: nn.Module) -> Summary:
-    """Derain every selected image and video of ``args.in_dir`` (a folder, or one file) into ``args.out_dir``
-    (see ``main`` for the options)."""
-    in_dir, out_dir = Path(args.in_dir), Path(args.out_dir)
-    if in_dir.is_file():
-        images, ignored = [in_dir], 0
-    else:
-        images, ignored = find_inputs(in_dir, recursive=args.recursive)
-    if args.shard is not None:
-        i, n = args.shard
-        images = images[i::n]
-    summary = Summary(ignored=ignored)
+@dataclass
+class Plan:
+    """What a run will do, decided before anything is derained.
+
+    ``todo`` pairs each input to derain with its output; ``skipped`` counts inputs whose output exists already;
+    ``clashes`` are inputs refused because their output is another input's (with that input); ``no_video``
+    lists the videos left out because video support is missing here, and ``video_reason`` says why.
+    """
+
+    todo: list[tuple[Path, Path]] = field(default_factory=list)
+    skipped: int = 0
+    clashes: list[tuple[Path, Path, Path]] = field(default_factory=list)
+    no_video: list[Path] = field(default_factory=list)
+    video_reason: str | None = None
+
+
+def select_inputs(in_dir: Path, *, recursive: bool, shard: tuple[int, int] | None) -> tuple[list[Path], int]:
+    """The files a run reads: ``in_dir`` itself when it is a file, else its images and videos (``find_inputs``),
+    every n-th from the i-th with ``shard=(i, n)``; and the count of other files."""
+    inputs, ignored = ([in_dir], 0) if in_dir.is_file() else find_inputs(in_dir, recursive=recursive)
+    if shard is not None:
+        i, n = shard
+        inputs = inputs[i::n]
+    return inputs, ignored
+
+
+def plan_outputs(
+    inputs: list[Path], root: Path, out_dir: Path, *, fmt: str, overwrite: bool, out_file: Path | None = None
+) -> Plan:
+    """Where each input's result goes (``output_path``, or ``out_file`` for one input file), which outputs exist
+    already (skipped unless ``overwrite``), which would clash, and which videos cannot be derained here.
+
+    Args:
+        inputs: the files to derain, under ``root`` (a folder), or ``[root]`` when ``root`` is one file.
+        root: the input folder, or the one input file.
+        out_dir: the output folder.
+        fmt: ``--format``: ``png``, ``jpg`` or ``same``.
+        overwrite: redo inputs whose output exists.
+        out_file: the output file named for one input file; ``None``: under ``out_dir``.
+    """
+    base = root.parent if root.is_file() else root
+    plan, claimed = Plan(), {}
+    for path in inputs:
+        out = (out_file if root.is_file() else None) or output_path(path, base, out_dir, fmt)
+        if out in claimed:
+            plan.clashes.append((path, out, claimed[out]))
+            continue
+        claimed[out] = path
+        if out.exists() and not overwrite:
+            plan.skipped += 1
+        else:
+            plan.todo.append((path, out))
+    plan.video_reason = video_support() if any(is_video(path) for path, _ in plan.todo) else None
+    if plan.video_reason is not None:
+        plan.no_video = [path for path, _ in plan.todo if is_video(path)]
+        plan.todo = [(path, out) for path, out in plan.todo if not is_video(path)]
+    return plan
+
+
+def _report_plan(plan: Plan, ignored: int) -> Summary:
+    """Print what the plan leaves out (one line each) and give the summary it starts with."""
+    summary = Summary(ignored=ignored, skipped=plan.skipped)
     if ignored:
         print(
             f"ignoring {ignored} file(s) without an image or video suffix "
             f"({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)})",
             file=sys.stderr,
         )
-    claimed: dict[Path, Path] = {}
-    todo: list[tuple[Path, Path]] = []
-    for path in images:
-        out = getattr(args, "out_file", None) if in_dir.is_file() else None
-        out = out or output_path(path, in_dir.parent if in_dir.is_file() else in_dir, out_dir, args.format)
-        if out in claimed:
-            summary.failed += 1
-            summary.failed_paths.append(path)
-            print(f"failed: {path}: its output {out} would overwrite that of {claimed[out]}", file=sys.stderr)
-            continue
-        claimed[out] = path
-        if out.exists() and not args.overwrite:
-            summary.skipped += 1
-        else:
-            todo.append((path, out))
-    videos = [path for path, _ in todo if is_video(path)]
-    unsupported = video_support() if videos else None
-    if unsupported is not None:  # one line for them all, then the photos
-        print(f"failed: {len(videos)} video(s): {unsupported}", file=sys.stderr)
-        summary.failed += len(videos)
-        summary.failed_paths += videos
-        todo = [(path, out) for path, out in todo if not is_video(path)]
+    for path, out, other in plan.clashes:
+        print(f"failed: {path}: its output {out} would overwrite that of {other}", file=sys.stderr)
+    if plan.no_video:  # one line for them all
+        print(f"failed: {len(plan.no_video)} video(s): {plan.video_reason}", file=sys.stderr)
+    summary.failed_paths = [path for path, _, _ in plan.clashes] + plan.no_video
+    summary.failed = len(summary.failed_paths)
+    return summary
 
-    start = time.perf_counter()
+
+def _reason(err: Exception, path: Path) -> str:
+    """What went wrong, for a line that names ``path`` already: an image or video error's reason alone."""
+    if isinstance(err, (ImageReadError, VideoError)) and err.path == path:
+        return err.reason
+    return str(err)
+
+
+def _derain_file(model: nn.Module, path: Path, out: Path, args: argparse.Namespace, bar: tqdm) -> int:
+    """Derain one image or video into ``out``; the number of video frames written (0 for an image)."""
+    options = {"tile": args.tile, "overlap": args.overlap, "ensemble": args.ensemble}
+    if is_video(path):
+        result = derain_video(model, path, out, **options, on_frame=lambda _done: bar.update(1))
+        if result.audio.startswith("dropped"):
+            bar.write(f"{path}: audio {result.audio}", file=sys.stderr)
+        return result.frames
+    image = _fit_to_format(restore(model, read_image(path), **options), out.suffix)
+    write_image_atomic(out, image, params=_encode_params(out.suffix))
+    return 0
+
+
+def _derain_all(
+    model: nn.Module, todo: list[tuple[Path, Path]], args: argparse.Namespace, summary: Summary
+) -> None:
+    """Derain every (input, output) pair of ``todo`` under a progress bar of frames, counting into ``summary``;
+    a file that fails is reported by path and the rest go on."""
     expected = {path: _frame_count(path) for path, _ in todo}
     with tqdm(
         total=sum(expected.values()), desc="derain", unit="frame", file=sys.stderr, dynamic_ncols=True
@@ -186,35 +257,27 @@ def run(args: argparse.Namespace, model: nn.Module) -> Summary:
             bar.set_postfix_str(path.name, refresh=False)
             end = bar.n + expected[path]
             try:
-                if is_video(path):
-                    result = derain_video(
-                        model,
-                        path,
-                        out,
-                        tile=args.tile,
-                        overlap=args.overlap,
-                        ensemble=args.ensemble,
-                        on_frame=lambda _done: bar.update(1),
-                    )
-                    summary.frames += result.frames
-                    if result.audio.startswith("dropped"):
-                        bar.write(f"{path}: audio {result.audio}", file=sys.stderr)
-                else:
-                    image = load_image(path)
-                    result = restore(
-                        model, image, tile=args.tile, overlap=args.overlap, ensemble=args.ensemble
-                    )
-                    result = _fit_to_format(result, out.suffix)
-                    write_image_atomic(out, result, params=_encode_params(out.suffix))
+                summary.frames += _derain_file(model, path, out, args, bar)
             except Exception as err:  # report and go on: one bad file must not stop a folder of thousands
                 summary.failed += 1
                 summary.failed_paths.append(path)
-                reason = str(err).removeprefix(f"{path}: ")  # VideoError starts with the file already
-                bar.write(f"failed: {path}: {reason}", file=sys.stderr)
+                bar.write(f"failed: {path}: {_reason(err, path)}", file=sys.stderr)
             else:
                 summary.ok += 1
             if bar.n < end:  # an image, or a video that failed or had fewer frames than its header said
                 bar.update(end - bar.n)
+
+
+def run(args: argparse.Namespace, model: nn.Module) -> Summary:
+    """Derain every selected image and video of ``args.in_dir`` (a folder, or one file) into ``args.out_dir``
+    (see ``main`` for the options): the plan first (:func:`plan_outputs`), then the loop."""
+    in_dir, out_dir = Path(args.in_dir), Path(args.out_dir)
+    inputs, ignored = select_inputs(in_dir, recursive=args.recursive, shard=args.shard)
+    out_file = getattr(args, "out_file", None)
+    plan = plan_outputs(inputs, in_dir, out_dir, fmt=args.format, overwrite=args.overwrite, out_file=out_file)
+    summary = _report_plan(plan, ignored)
+    start = time.perf_counter()
+    _derain_all(model, plan.todo, args, summary)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -287,7 +350,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.infer")
     if unsupported is not None:
         return arguments.usage_error(unsupported)
     try:
-        model = arguments.load_model(args)
+        model = arguments.model_from_args(args)
     except arguments.UsageError as err:
         return arguments.usage_error(err)
     args.in_dir, args.out_dir = in_dir, out_dir

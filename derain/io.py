@@ -53,7 +53,19 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
 
 
 class ImageReadError(ValueError):
-    """An image file that is missing, empty, or cannot be decoded."""
+    """An image file that is missing, empty, or cannot be decoded: ``cannot read image <path>: <reason>``.
+
+    Args:
+        path: the file.
+        reason: what is wrong with it, for a message of the caller's own (``the file is empty``).
+    """
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        super().__init__(f"cannot read image {path}: {reason}")
+        self.path, self.reason = Path(path), reason
+
+    def __reduce__(self) -> tuple[type, tuple[Path, str]]:  # pickles (to worker processes) with both fields
+        return type(self), (self.path, self.reason)
 
 
 def exif_orientation(image: Image.Image) -> int:
@@ -99,7 +111,7 @@ def exif_transpose(image: np.ndarray, orientation: int) -> np.ndarray:
 def read_image(path: str | os.PathLike) -> np.ndarray:
     """Read an image file as stored (gray, RGB or RGBA; 8 or 16 bit), turned upright by its EXIF orientation.
 
-    The one image reader of the package: :func:`read_rgb` and ``derain.inference.load_image`` build on it.
+    The one image reader of the package: :func:`read_rgb` and ``derain.inference.read_image`` (the same function) build on it.
     OpenCV decodes the pixels (keeping depth and alpha); PIL reads the orientation from the header and turns
     the pixels (:func:`exif_orientation`, :func:`exif_transpose`), except in TIFF files, which OpenCV turns
     upright itself.
@@ -117,16 +129,14 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
     try:
         data = path.read_bytes()
     except OSError as err:
-        raise ImageReadError(f"cannot read image {path}: {err.strerror or err}") from None
+        raise ImageReadError(path, str(err.strerror or err)) from None
     if not data:
-        raise ImageReadError(f"cannot read image {path}: the file is empty")
+        raise ImageReadError(path, "the file is empty")
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)  # keeps depth/alpha, ignores EXIF
     if img is None:
-        raise ImageReadError(
-            f"cannot read image {path}: not a decodable image (corrupt or unsupported format)"
-        )
+        raise ImageReadError(path, "not a decodable image (corrupt or unsupported format)")
     if img.dtype not in (np.uint8, np.uint16):
-        raise ImageReadError(f"cannot read image {path}: {img.dtype} pixels; expected 8- or 16-bit integers")
+        raise ImageReadError(path, f"{img.dtype} pixels; expected 8- or 16-bit integers")
     if img.ndim == 3 and img.shape[2] == 1:
         img = img[:, :, 0]
     elif img.ndim == 3 and img.shape[2] == 3:
@@ -134,7 +144,7 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
     elif img.ndim == 3 and img.shape[2] == 4:
         img = cv2.cvtColor(img, cv2.COLOR_BGRA2RGBA)
     elif img.ndim != 2:
-        raise ImageReadError(f"cannot read image {path}: unsupported shape {img.shape}")
+        raise ImageReadError(path, f"unsupported shape {img.shape}")
     return np.ascontiguousarray(exif_transpose(img, _orientation_left(data)))
 
 
@@ -163,7 +173,7 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
                 w, h = im.tag_v2[ExifTags.Base.ImageWidth], im.tag_v2[ExifTags.Base.ImageLength]
             turned = exif_orientation(im) >= 5  # orientations 5-8 turn the picture by 90°
     except (OSError, Image.DecompressionBombError) as err:
-        raise ImageReadError(f"cannot read image {path}: {err}") from err
+        raise ImageReadError(path, str(err)) from err
     return (w, h) if turned else (h, w)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from skimage import data as skdata
 
-from derain.inference import load_image, load_model, restore
+from derain.inference import load_model, read_image, restore
 from derain.io import write_image_atomic
 from derain.models.attention import AgentAttention
 from derain.models.probes import watch_agents
@@ -42,7 +42,7 @@ def fit_height(image: np.ndarray, height: int) -> np.ndarray:
 def results_figure(model: torch.nn.Module, height: int = 240) -> np.ndarray:
     rows = []
     for name, original in EXAMPLES:
-        rainy = load_image(ROOT / "datasets" / "examples" / f"{name}-rain.jpg")
+        rainy = read_image(ROOT / "datasets" / "examples" / f"{name}-rain.jpg")
         derained = restore(model, rainy)
         clean = original()
         row = [
@@ -58,7 +58,7 @@ def results_figure(model: torch.nn.Module, height: int = 240) -> np.ndarray:
 def attention_figure(model: torch.nn.Module, name: str = "astronaut", shown: int = 4) -> np.ndarray:
     """Input, then the ``shown`` agents of the first agent-attention layer whose maps vary most over the image."""
     layer = next(m for m in model.modules() if isinstance(m, AgentAttention))
-    rainy = load_image(ROOT / "datasets" / "examples" / f"{name}-rain.jpg")
+    rainy = read_image(ROOT / "datasets" / "examples" / f"{name}-rain.jpg")
     seen = []
     with watch_agents(layer, lambda _name, weights, size: seen.append((weights, size))):
         restore(model, rainy, tile=0)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import tiny_net
+from ports import launched
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[1]
@@ -34,15 +34,9 @@ pytestmark = [
 def url() -> Iterator[str]:
     app = importlib.import_module("derain.app")
     torch.manual_seed(0)
-    demo = app.build_app(tiny_net(), warning=app.UNTRAINED_WARNING, quality="fast")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    demo = app.build_app(tiny_net(), app.PageSettings(warning=app.UNTRAINED_WARNING, quality="fast"))
+    with launched(demo) as address:
+        yield address
 
 
 def test_upload_derain_and_see_the_result(url: str, tmp_path: Path) -> None:

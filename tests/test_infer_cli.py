@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -11,8 +12,9 @@ import cv2
 import numpy as np
 import pytest
 
-from derain.infer import main, parse_shard
-from derain.inference import load_image, load_model, restore
+from derain import arguments
+from derain.infer import main, parse_shard, plan_outputs, select_inputs
+from derain.inference import load_model, read_image, restore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,8 +53,11 @@ def test_folder_with_good_and_broken_files(
     captured = capsys.readouterr()
     assert status == 1  # some files failed
     assert "ok 5, skipped 0, failed 2," in captured.out and "images/s" in captured.out
-    assert f"failed: {photos / 'corrupt.png'}: " in captured.err
-    assert f"failed: {photos / 'empty.jpg'}: " in captured.err and "the file is empty" in captured.err
+    assert (
+        f"failed: {photos / 'corrupt.png'}: not a decodable image (corrupt or unsupported format)\n"
+        in captured.err
+    )
+    assert f"failed: {photos / 'empty.jpg'}: the file is empty\n" in captured.err  # the path once
     assert "ignoring 1 file(s) without an image or video suffix" in captured.err
     assert sorted(p.name for p in out.iterdir()) == [
         "deep.png",
@@ -62,13 +67,13 @@ def test_folder_with_good_and_broken_files(
         "rgba.png",
     ]
 
-    assert load_image(out / "good.png").shape == (24, 40, 3)
-    assert load_image(out / "photo.png").shape == (32, 24, 3)
-    assert load_image(out / "gray.png").shape == (20, 28)
-    rgba_in, rgba_out = load_image(photos / "rgba.png"), load_image(out / "rgba.png")
+    assert read_image(out / "good.png").shape == (24, 40, 3)
+    assert read_image(out / "photo.png").shape == (32, 24, 3)
+    assert read_image(out / "gray.png").shape == (20, 28)
+    rgba_in, rgba_out = read_image(photos / "rgba.png"), read_image(out / "rgba.png")
     assert rgba_out.shape == (20, 28, 4)
     np.testing.assert_array_equal(rgba_out[:, :, 3], rgba_in[:, :, 3])
-    assert load_image(out / "deep.png").dtype == np.uint16
+    assert read_image(out / "deep.png").dtype == np.uint16
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
 
     # A re-run skips what is done and retries only the broken files.
@@ -105,8 +110,8 @@ def test_recursive_mirrors_subfolders_and_format(photos: Path, tmp_path: Path, t
     ]
     assert main(argv) == 0
     assert (out / "sub" / "inner.jpg").is_file()
-    assert load_image(out / "rgba.jpg").shape == (20, 28, 3)  # no alpha in JPEG
-    assert load_image(out / "deep.jpg").dtype == np.uint8
+    assert read_image(out / "rgba.jpg").shape == (20, 28, 3)  # no alpha in JPEG
+    assert read_image(out / "deep.jpg").dtype == np.uint8
     out_same = tmp_path / "same"
     assert main([str(photos), str(out_same), "--weights", str(tiny_weights), "--format", "same"]) == 0
     assert (out_same / "photo.jpg").is_file() and (out_same / "good.png").is_file()
@@ -114,13 +119,13 @@ def test_recursive_mirrors_subfolders_and_format(photos: Path, tmp_path: Path, t
 
 def test_ensemble_flag_reaches_restore(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:
     model = load_model(tiny_weights, device="cpu")
-    image = load_image(photos / "good.png")
+    image = read_image(photos / "good.png")
     for n in (1, 4):
         out = tmp_path / f"out{n}"
         argv = [str(photos), str(out), "--weights", str(tiny_weights), "--ensemble", str(n)]
         assert main(argv) == 1  # the two broken files in the folder
-        np.testing.assert_array_equal(load_image(out / "good.png"), restore(model, image, ensemble=n))
-    assert not np.array_equal(load_image(tmp_path / "out1/good.png"), load_image(tmp_path / "out4/good.png"))
+        np.testing.assert_array_equal(read_image(out / "good.png"), restore(model, image, ensemble=n))
+    assert not np.array_equal(read_image(tmp_path / "out1/good.png"), read_image(tmp_path / "out4/good.png"))
 
 
 def test_shards_split_the_sorted_list(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:
@@ -136,10 +141,46 @@ def test_shards_split_the_sorted_list(photos: Path, tmp_path: Path, tiny_weights
     assert names == [["deep.png", "photo.png"], ["good.png", "rgba.png"], ["gray.png"]]
 
 
+def test_the_plan_pairs_inputs_with_outputs_before_anything_runs(tmp_path: Path) -> None:
+    """``plan_outputs`` is the whole decision: outputs by relative path and --format, outputs that exist skipped,
+    two inputs that would write one output refused (the second, naming the first)."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    for name in ("a.png", "a.jpg", "b.png", "sub/c.tif"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(b"")
+    (out).mkdir()
+    (out / "b.png").write_bytes(b"done")
+    inputs, ignored = select_inputs(src, recursive=True, shard=None)
+    assert [p.relative_to(src).as_posix() for p in inputs] == ["a.jpg", "a.png", "b.png", "sub/c.tif"]
+    plan = plan_outputs(inputs, src, out, fmt="png", overwrite=False)
+    assert plan.todo == [(src / "a.jpg", out / "a.png"), (src / "sub/c.tif", out / "sub/c.png")]
+    assert plan.skipped == 1 and plan.clashes == [(src / "a.png", out / "a.png", src / "a.jpg")]
+    same = plan_outputs(inputs, src, out, fmt="same", overwrite=True)
+    assert [o.name for _, o in same.todo] == ["a.jpg", "a.png", "b.png", "c.tif"] and not same.clashes
+    one = plan_outputs([src / "b.png"], src / "b.png", out, fmt="png", overwrite=True, out_file=out / "x.jpg")
+    assert one.todo == [(src / "b.png", out / "x.jpg")]
+    assert select_inputs(src, recursive=False, shard=(1, 2))[0] == [src / "a.png"]
+
+
+def test_only_the_device_is_reported_as_a_bad_device(
+    photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RuntimeError while loading is not a bad --device: it is raised as it is."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("out of memory while loading")
+
+    monkeypatch.setattr(arguments, "load_model", broken)
+    with pytest.raises(RuntimeError, match="out of memory while loading"):
+        main([str(photos), str(tmp_path / "o"), "--device", "cpu"])
+    with pytest.raises(arguments.UsageError, match="cannot use --device 'nonsense'"):
+        arguments.check_device("nonsense")
+
+
 def test_parse_shard() -> None:
     assert parse_shard("2/4") == (2, 4)
     for bad in ["4/4", "-1/2", "1", "a/b"]:
-        with pytest.raises(Exception, match="--shard"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--shard"):
             parse_shard(bad)
 
 

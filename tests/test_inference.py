@@ -1,4 +1,5 @@
-"""load_model and restore: what a user loads, what comes back for each kind of image, and how tiling behaves."""
+"""load_model, restore and SpeedEstimate: what a user loads, what comes back for each kind of image, how tiling behaves,
+and what the page expects restoring to take."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -22,11 +24,13 @@ from derain.inference import (
     WeightsError,
     WeightsNotFoundError,
     blend_window,
-    load_image,
     load_model,
+    read_image,
     restore,
     tile_starts,
+    timing,
 )
+from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
 from derain.io import ImageReadError, image_size, read_rgb, to_rgb8
 from derain.models import DerainNet, network_record
 
@@ -284,19 +288,19 @@ def test_large_images_are_tiled_automatically(monkeypatch: pytest.MonkeyPatch) -
     assert len(seen) > 1 and all(s[-2:] == (128, 128) for s in seen)
 
 
-# ------------------------------------------------------------------------------------------------ load_image
+# ------------------------------------------------------------------------------------------------ read_image
 
 
-def test_load_image_keeps_depth_alpha_and_gray(tmp_path: Path) -> None:
+def test_read_image_keeps_depth_alpha_and_gray(tmp_path: Path) -> None:
     rgba = np.random.default_rng(0).integers(0, 256, (10, 12, 4), dtype=np.uint8)
     cv2.imwrite(str(tmp_path / "rgba.png"), cv2.cvtColor(rgba, cv2.COLOR_RGBA2BGRA))
-    np.testing.assert_array_equal(load_image(tmp_path / "rgba.png"), rgba)
+    np.testing.assert_array_equal(read_image(tmp_path / "rgba.png"), rgba)
     deep = np.random.default_rng(1).integers(0, 65536, (10, 12, 3), dtype=np.uint16)
     cv2.imwrite(str(tmp_path / "deep.png"), cv2.cvtColor(deep, cv2.COLOR_RGB2BGR))
-    np.testing.assert_array_equal(load_image(tmp_path / "deep.png"), deep)
+    np.testing.assert_array_equal(read_image(tmp_path / "deep.png"), deep)
     gray = rgba[:, :, 0]
     cv2.imwrite(str(tmp_path / "gray.png"), gray)
-    np.testing.assert_array_equal(load_image(tmp_path / "gray.png"), gray)
+    np.testing.assert_array_equal(read_image(tmp_path / "gray.png"), gray)
 
 
 def tagged(orientation: int, *, xmp: bool = False) -> dict[str, object]:
@@ -335,7 +339,7 @@ def test_readers_turn_photos_upright_as_pil_does(tmp_path: Path, kind: str, orie
     with Image.open(path) as im:
         expected = np.asarray(ImageOps.exif_transpose(im).convert("RGB")).astype(int)
     assert expected.shape == ((64, 48, 3) if orientation >= 5 else (48, 64, 3))
-    for loaded in (load_image(path), read_rgb(path)):  # one reader under both, so they agree
+    for loaded in (read_image(path), read_rgb(path)):  # one reader under both, so they agree
         assert loaded.shape == expected.shape
         assert np.abs(loaded - expected).mean() < 2.0
     assert image_size(path) == expected.shape[:2]  # the header alone tells the upright size
@@ -363,7 +367,7 @@ def test_exif_orientation_keeps_16_bit_and_alpha(
 ) -> None:
     stored = np.random.default_rng(0).integers(0, 65536, (10, 14, 4), dtype=np.uint16)
     (tmp_path / "deep.png").write_bytes(png_with_orientation(stored, orientation))
-    loaded = load_image(tmp_path / "deep.png")
+    loaded = read_image(tmp_path / "deep.png")
     assert loaded.dtype == np.uint16
     np.testing.assert_array_equal(loaded, upright(stored))
     np.testing.assert_array_equal(read_rgb(tmp_path / "deep.png"), to_rgb8(loaded))
@@ -373,7 +377,7 @@ def test_restore_on_exif_rotated_photo(tiny_net: DerainNet, tmp_path: Path) -> N
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90° clockwise to display
     Image.fromarray(smooth_image(40, 64)).save(tmp_path / "rotated.jpg", exif=exif)
-    out = restore(tiny_net, load_image(tmp_path / "rotated.jpg"))
+    out = restore(tiny_net, read_image(tmp_path / "rotated.jpg"))
     assert out.shape == (64, 40, 3) and out.dtype == np.uint8
 
 
@@ -381,12 +385,12 @@ def test_restore_on_exif_rotated_photo(tiny_net: DerainNet, tmp_path: Path) -> N
     ("content", "match"),
     [(b"", "the file is empty"), (b"\x89PNG\r\n\x1a\nbroken", "not a decodable image")],
 )
-def test_load_image_errors_name_the_file(tmp_path: Path, content: bytes, match: str) -> None:
+def test_read_image_errors_name_the_file(tmp_path: Path, content: bytes, match: str) -> None:
     (tmp_path / "bad.png").write_bytes(content)
     with pytest.raises(ImageReadError, match=rf"bad\.png: {match}"):
-        load_image(tmp_path / "bad.png")
+        read_image(tmp_path / "bad.png")
     with pytest.raises(ImageReadError, match=r"missing\.png"):
-        load_image(tmp_path / "missing.png")
+        read_image(tmp_path / "missing.png")
 
 
 def test_written_files_get_ordinary_permissions(tmp_path):
@@ -397,3 +401,57 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     out = tmp_path / "x.png"
     write_image_atomic(out, np.zeros((4, 4, 3), np.uint8))
     assert stat.S_IMODE(out.stat().st_mode) == default_file_mode()
+
+
+# ------------------------------------------------------------------------------------------------ timing
+
+
+class Slow(nn.Module):
+    """Returns its input, advancing a clock by ``delays[i]`` seconds on call i (the last delay after that)."""
+
+    def __init__(self, delays: list[float]) -> None:
+        super().__init__()
+        self.delays, self.calls, self.clock = delays, 0, 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock += self.delays[min(self.calls, len(self.delays) - 1)]
+        self.calls += 1
+        return x
+
+
+def test_the_start_up_reading_is_a_warm_up_then_a_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow first call (set-up) and one slow timed pass (a busy moment) do not make the reading."""
+    model = Slow([0.4, 0.3, 0.02, 0.02])
+    monkeypatch.setattr(
+        timing, "time", SimpleNamespace(perf_counter=lambda: model.clock)
+    )  # the model's clock
+    speed = SpeedEstimate.measure(model, tile=None, overlap=32, rounds=3)
+    assert model.calls == 4  # the warm-up and three timed passes
+    h, w = SpeedEstimate.CALIBRATION
+    assert speed.per_megapixel == pytest.approx(0.02 / (h * w / 1e6))
+
+
+def test_the_estimate_follows_the_measured_photos() -> None:
+    speed = SpeedEstimate(50.0, window=3)  # the start-up reading, on a busy CPU
+    assert speed.seconds(2 * 10**6, passes=4) == 400.0
+    speed.update(2 * 10**6, 1, 2.0)  # 1 s a megapixel
+    assert speed.per_megapixel == 1.0  # measured photos replace the start-up reading
+    speed.update(10**6, 2, 60.0)  # one slow photo: 30 s a megapixel
+    speed.update(5 * 10**5, 4, 2.4)  # 1.2 s
+    assert speed.per_megapixel == 1.2  # the median of the three
+    speed.update(10**6, 1, 0.5)
+    speed.update(10**6, 1, 0.5)
+    assert speed.per_megapixel == 0.5  # the window holds the last three
+    speed.update(0, 1, 1.0)  # nothing measured: ignored
+    assert speed.per_megapixel == 0.5
+
+
+def test_auto_quality_is_best_only_within_the_limit_at_one_megapixel() -> None:
+    assert BEST_DEFAULT_MAX_S == 3.0
+    assert SpeedEstimate(0.75).auto_quality(4) == "best"  # 3 s for 4 passes
+    assert SpeedEstimate(0.76).auto_quality(4) == "fast"
+    assert SpeedEstimate(1.5).auto_quality(2) == "best"
+    with pytest.raises(ValueError, match="need per_megapixel > 0 and window >= 1, got 0.0 and 9"):
+        SpeedEstimate(0.0)
+    with pytest.raises(ValueError, match="rounds should be >= 1, got 0"):
+        SpeedEstimate.measure(Slow([0.0]), tile=None, overlap=32, rounds=0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 from helpers import TINY_NET
+from ports import PORT_TAKEN, on_a_free_port
 
 pytestmark = pytest.mark.slow  # a wheel is built, then it trains and serves the page
 
@@ -119,30 +119,49 @@ def test_the_batch_command_with_the_shipped_weights(installed, tmp_path) -> None
     assert cv2.imread(str(tmp_path / "out" / "rainy.png")).shape == (40, 56, 3)
 
 
-def test_the_web_page_with_its_example_photos(installed, tmp_path) -> None:
-    site, env = installed
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+START_S = 300
+"""How long the installed page may take to answer: imports, the shipped weights, and the start-up speed reading
+(four passes of the network), on a CPU that may be busy with other work."""
+
+
+def serve_page(port: int, cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """``python -m derain.app --port PORT`` and its ``/config`` once it answers.
+
+    Raises:
+        OSError: the server could not bind ``port`` (taken since it was chosen): ``ports.on_a_free_port`` tries
+            another.
+    """
     server = subprocess.Popen(
         [sys.executable, "-m", "derain.app", "--port", str(port), "--device", "cpu"],
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5) as response:
+                page = response.read().decode()
+        except OSError:
+            time.sleep(1)
+            continue
+        if server.poll() is None:  # still running: it bound the port, so the answer is its own
+            return server, page
+    if server.poll() is None:
+        server.kill()
+    err = server.stderr.read() if server.stderr else ""
+    server.wait(timeout=30)
+    if PORT_TAKEN in err:
+        raise OSError(err[-2000:])
+    raise AssertionError(f"the page did not start within {START_S} s: {err[-2000:]}")
+
+
+def test_the_web_page_with_its_example_photos(installed, tmp_path) -> None:
+    site, env = installed
+    _, (server, page) = on_a_free_port(lambda port: serve_page(port, tmp_path, env))
     try:
-        page = ""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5) as response:
-                    page = response.read().decode()
-                break
-            except OSError:
-                time.sleep(1)
-        assert server.poll() is None, server.stderr.read()[-2000:] if server.stderr else ""
         assert "Derain" in page and "chelsea-rain.jpg" in page  # the page, with the packaged examples
         code = "from derain.app import EXAMPLES_DIR; print(EXAMPLES_DIR)"
         assert run(["-c", code], tmp_path, env).stdout.strip() == str(site / "derain" / "examples")

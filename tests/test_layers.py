@@ -37,6 +37,7 @@ LAYERS = {
     "derain.infer": 5,
     "derain.evaluate": 5,
     "derain.app": 5,
+    "derain.page": 5,  # the web page's settings and requests (no gradio)
     "derain.export": 5,
     "derain.fit": 5,
     "derain.cli": 5,

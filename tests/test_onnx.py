@@ -13,7 +13,7 @@ from PIL import Image
 
 from derain import export as export_cli
 from derain.infer import main as infer_main
-from derain.inference import WeightsError, load_image, load_model, restore
+from derain.inference import WeightsError, load_model, read_image, restore
 from derain.inference.onnx import OnnxExportError, OnnxNet, cached_onnx, export_onnx
 from derain.models import DerainNet
 from derain.weights import save_net
@@ -60,14 +60,14 @@ def test_graph_is_valid_with_dynamic_sizes(exported: tuple[Path, Path]) -> None:
 def test_onnxruntime_matches_torch_on_real_photos(exported: tuple[Path, Path], size: tuple[int, int]) -> None:
     torch_net, onnx_net = load_model(exported[0], device="cpu"), OnnxNet(exported[1])
     for path in EXAMPLES:
-        photo = np.asarray(Image.fromarray(load_image(path)).resize(size[::-1], Image.BICUBIC))
+        photo = np.asarray(Image.fromarray(read_image(path)).resize(size[::-1], Image.BICUBIC))
         a, b = restore(torch_net, photo).astype(int), restore(onnx_net, photo).astype(int)
         assert np.abs(a - b).max() <= 2, f"{path.name} at {size}"
 
 
 def test_tiles_ensembles_and_batches_work_the_same(exported: tuple[Path, Path]) -> None:
     torch_net, onnx_net = load_model(exported[0], device="cpu"), OnnxNet(exported[1])
-    photo = load_image(EXAMPLES[0])[:150, :190]
+    photo = read_image(EXAMPLES[0])[:150, :190]
     for options in ({"tile": 64, "overlap": 16, "batch_size": 3}, {"ensemble": 4}):
         a = restore(torch_net, photo, **options).astype(int)
         b = restore(onnx_net, photo, **options).astype(int)
@@ -79,7 +79,7 @@ def test_backend_option_of_the_commands(
 ) -> None:
     src = tmp_path / "in"
     src.mkdir()
-    photo = load_image(EXAMPLES[1])[:90, :130]
+    photo = read_image(EXAMPLES[1])[:90, :130]
     Image.fromarray(photo).save(src / "a.png")
     argv = [str(src), str(tmp_path / "out"), "--backend", "onnxruntime", "--weights", str(exported[1])]
     assert infer_main(argv) == 0

@@ -92,7 +92,7 @@ def test_bad_inputs_are_named(tmp_path: Path, net: DerainNet) -> None:
 def test_infer_folder_with_videos_photos_and_a_broken_clip(
     tmp_path: Path, net: DerainNet, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr("derain.arguments.load_model", lambda *a, **k: net)
+    monkeypatch.setattr("derain.arguments.model_from_args", lambda *a, **k: net)
     src = tmp_path / "in"
     src.mkdir()
     make_clip(src / "a.mp4", frames=4)
@@ -114,7 +114,7 @@ def test_infer_folder_with_videos_photos_and_a_broken_clip(
 def test_infer_one_video_to_a_named_file(
     tmp_path: Path, net: DerainNet, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr("derain.arguments.load_model", lambda *a, **k: net)
+    monkeypatch.setattr("derain.arguments.model_from_args", lambda *a, **k: net)
     src = make_clip(tmp_path / "clip.mp4", frames=3)
     assert main([str(src), str(tmp_path / "derained.mp4"), "--device", "cpu"]) == 0
     assert probe(tmp_path / "derained.mp4").frames == 3

@@ -5,9 +5,9 @@ alpha, device and dtype of the model, tiling with smooth blending for large imag
 
 Example:
     >>> from derain import load_model, restore
-    >>> from derain.inference import load_image
+    >>> from derain.inference import read_image
     >>> model = load_model("derain-small.safetensors")        # doctest: +SKIP
-    >>> clean = restore(model, load_image("rainy.jpg"))        # doctest: +SKIP
+    >>> clean = restore(model, read_image("rainy.jpg"))        # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from derain.io import read_image
-
 __all__ = [
     "DEFAULT_TILE",
     "ENSEMBLE_FLIPS",
     "MAX_PIXELS_UNTILED",
     "blend_window",
     "ensemble_flips",
-    "load_image",
     "restore",
     "tile_starts",
 ]
@@ -36,15 +33,6 @@ DEFAULT_TILE = 512
 
 MAX_PIXELS_UNTILED = 1024 * 1024
 """Images with more pixels than this are tiled when ``tile=None`` (bounds memory: about 1 GB at this size)."""
-
-
-# ---------------------------------------------------------------------------------------------- image loading
-
-load_image = read_image
-"""The package's one image reader, :func:`derain.io.read_image`: gray, RGB or RGBA, 8 or 16 bit, EXIF-upright.
-
-Unlike ``derain.io.read_rgb`` it keeps what ``restore`` can give back: alpha, 16-bit depth and grayscale.
-"""
 
 
 # ------------------------------------------------------------------------------------------------ tiling
@@ -102,6 +90,29 @@ def _split_channels(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, s
     raise ValueError(
         f"restore expects an image of shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); got {image.shape}"
     )
+
+
+def _full_scale(image: np.ndarray) -> float:
+    """The value of a full-scale pixel of ``image``: 255 for ``uint8``, 65535 for ``uint16``."""
+    if not isinstance(image, np.ndarray):
+        raise TypeError(f"restore expects a numpy array, got {type(image).__name__}")
+    if image.dtype == np.uint8:
+        return 255.0
+    if image.dtype == np.uint16:
+        return 65535.0
+    raise ValueError(f"restore expects uint8 or uint16 pixels, got {image.dtype}")
+
+
+def _tile_size(pixels: int, tile: int | None, overlap: int, max_pixels_untiled: int) -> int:
+    """The tile size ``restore`` uses (0: whole image) for an image of ``pixels``, once ``tile`` and ``overlap``
+    are checked: ``tile=None`` tiles with ``DEFAULT_TILE`` only above ``max_pixels_untiled``."""
+    if tile is None:
+        tile = DEFAULT_TILE if pixels > max_pixels_untiled else 0
+    if tile < 0 or overlap < 0:
+        raise ValueError(f"tile and overlap should be >= 0, got tile={tile}, overlap={overlap}")
+    if tile and overlap >= tile:
+        raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
+    return tile
 
 
 ENSEMBLE_FLIPS: dict[int, tuple[tuple[int, ...], ...]] = {
@@ -176,24 +187,12 @@ def restore(
     Raises:
         ValueError: on an unsupported shape or dtype, or ``overlap``/``tile`` values that cannot work.
     """
-    if not isinstance(image, np.ndarray):
-        raise TypeError(f"restore expects a numpy array, got {type(image).__name__}")
-    if image.dtype == np.uint8:
-        scale = 255.0
-    elif image.dtype == np.uint16:
-        scale = 65535.0
-    else:
-        raise ValueError(f"restore expects uint8 or uint16 pixels, got {image.dtype}")
+    scale = _full_scale(image)
     rgb, alpha, kind = _split_channels(image)
     h, w = rgb.shape[:2]
     if h == 0 or w == 0:
         raise ValueError(f"restore got an empty image of shape {image.shape}")
-    if tile is None:
-        tile = DEFAULT_TILE if h * w > max_pixels_untiled else 0
-    if tile < 0 or overlap < 0:
-        raise ValueError(f"tile and overlap should be >= 0, got tile={tile}, overlap={overlap}")
-    if tile and overlap >= tile:
-        raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
+    tile = _tile_size(h * w, tile, overlap, max_pixels_untiled)
     if batch_size < 1:
         raise ValueError(f"batch_size should be >= 1, got {batch_size}")
     flips = ensemble_flips(ensemble)

@@ -171,8 +171,8 @@ def cache_dir() -> Path:
 def cached_onnx(weights: str | os.PathLike | None = None) -> Path:
     """The ONNX graph of a weights file (``None``: the shipped weights), exported on first use and cached.
 
-    The cache key is the weights file's sha256, so a changed file is exported again. The first export takes
-    about a minute on a 2-core CPU.
+    The cache key is the weights file's sha256, so a changed file is exported again; only the first use of a
+    file exports (the slow part: ``export_onnx`` traces and checks the whole network).
     """
     source = weights_file.resolve(weights)
     digest = file_digest(source)

@@ -64,7 +64,19 @@ DEFAULT_CRF = 18
 
 
 class VideoError(ValueError):
-    """A video that cannot be read, decoded or written; the message names the file."""
+    """A video that cannot be read, decoded or written: ``<path>: <reason>``.
+
+    Args:
+        path: the file (the input, or the output being written).
+        reason: what went wrong, for a message of the caller's own (``holds no video stream``).
+    """
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = Path(path), reason
+
+    def __reduce__(self) -> tuple[type, tuple[Path, str]]:  # pickles (to worker processes) with both fields
+        return type(self), (self.path, self.reason)
 
 
 @dataclass(frozen=True)
@@ -114,10 +126,10 @@ def _open(path: Path) -> av.container.InputContainer:
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError, UnicodeDecodeError) as err:
-        raise VideoError(f"{path}: cannot open as a video ({err})") from None
+        raise VideoError(path, f"cannot open as a video ({err})") from None
     if not container.streams.video:
         container.close()
-        raise VideoError(f"{path}: holds no video stream")
+        raise VideoError(path, "holds no video stream")
     return container
 
 
@@ -179,11 +191,11 @@ def derain_video(
     """
     src, dst = Path(src), Path(dst)
     if dst.suffix.lower() not in _H264_CONTAINERS:
-        raise VideoError(f"{dst}: the output should end in one of {', '.join(_H264_CONTAINERS)}")
+        raise VideoError(dst, f"the output should end in one of {', '.join(_H264_CONTAINERS)}")
     info = probe(src)
     if max_frames is not None and info.frames > max_frames:
         raise VideoError(
-            f"{src}: {info.frames} frames ({info.seconds:.1f} s) is more than the {max_frames} allowed"
+            src, f"{info.frames} frames ({info.seconds:.1f} s) is more than the {max_frames} allowed"
         )
     with atomic_output(dst, suffix=f".partial{dst.suffix}") as tmp:
         result = _transcode(
@@ -219,7 +231,7 @@ def _transcode(
         try:
             out = av.open(str(tmp), "w", format={".m4v": "mp4", ".mkv": "matroska"}.get(container_suffix))
         except (av.error.FFmpegError, OSError) as err:
-            raise VideoError(f"cannot write {tmp.name}: {err}") from None
+            raise VideoError(tmp, f"cannot be written ({err})") from None
         with out:
             vout = out.add_stream("libx264", rate=rate)
             vout.width, vout.height = width, height
@@ -250,7 +262,7 @@ def _transcode(
                     for frame in packet.decode():
                         frames += 1
                         if max_frames is not None and frames > max_frames:
-                            raise VideoError(f"{src}: more than the {max_frames} frames allowed")
+                            raise VideoError(src, f"more than the {max_frames} frames allowed")
                         rgb = frame.to_ndarray(format="rgb24")
                         clean = restore(model, rgb, **restore_options)
                         encoded = av.VideoFrame.from_ndarray(np.ascontiguousarray(clean), format="rgb24")
@@ -261,7 +273,7 @@ def _transcode(
                             on_frame(frames)
                 out.mux(vout.encode(None))
             except av.error.FFmpegError as err:
-                raise VideoError(f"{src}: failed at frame {frames + 1} ({err})") from None
+                raise VideoError(src, f"failed at frame {frames + 1} ({err})") from None
     if frames == 0:
-        raise VideoError(f"{src}: no frame could be decoded")
+        raise VideoError(src, "no frame could be decoded")
     return VideoResult(frames=frames, fps=float(rate), width=width, height=height, audio=audio)
