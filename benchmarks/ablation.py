@@ -181,8 +181,8 @@ def main() -> None:
     data.setup("fit")
     batches = SameBatches(data, args.seed)
     print(
-        f"{len(data.train_pairs)} training pairs + synthetic rain on {len(data.clean_images)} photos, "
-        f"{len(data.val_pairs)} validation pairs; budget {args.steps} steps or {args.minutes} min per variant, "
+        f"{len(data.split.train)} training pairs + synthetic rain on {len(data.pool.photos)} photos, "
+        f"{len(data.split.val)} validation pairs; budget {args.steps} steps or {args.minutes} min per variant, "
         f"batch {args.batch}×{args.patch}², {torch.get_num_threads()} threads",
         flush=True,
     )
@@ -215,7 +215,7 @@ def main() -> None:
             f"{r['train_s']:>9.0f}{r['loss']:>8.4f}{r['psnr_y']:>8.2f}{r['ssim_y']:>8.4f}"
         )
     print(
-        f"(GMACs and ms/img at {SIZE[0]}×{SIZE[1]}; PSNR/SSIM on MATLAB Y of {len(data.val_pairs)} held-out pairs)"
+        f"(GMACs and ms/img at {SIZE[0]}×{SIZE[1]}; PSNR/SSIM on MATLAB Y of {len(data.split.val)} held-out pairs)"
     )
     print("RESULT " + json.dumps({"args": vars(args), "rows": rows}))
 

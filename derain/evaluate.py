@@ -20,7 +20,6 @@ import csv
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,36 +30,25 @@ from derain import arguments
 from derain.inference import restore
 from derain.io import list_images, read_rgb, to_tensor
 from derain.metrics import DerainMetrics
-from derain.pairing import match_by_name
+from derain.pairing import Matching, match_by_name
 
-__all__ = ["METRICS", "Pairing", "pair_files", "score_pair", "evaluate", "summarize", "spread", "main"]
+__all__ = ["METRICS", "pair_files", "score_pair", "evaluate", "summarize", "spread", "main"]
 
 METRICS = DerainMetrics.NAMES
 Row = dict[str, float | str]
 """One scored image: ``name``, ``clean`` and metric columns."""
 
 
-@dataclass
-class Pairing:
-    """Matched ``(test, clean)`` files and the names left without a counterpart on either side."""
-
-    pairs: list[tuple[Path, Path]]
-    missing_clean: list[str]
-    missing_test: list[str]
-
-
-def pair_files(test_dir: Path, clean_dir: Path) -> Pairing:
+def pair_files(test_dir: Path, clean_dir: Path) -> Matching:
     """Pair the images of ``test_dir`` with those of ``clean_dir`` by pair name (``derain.pairing``).
 
-    Test files with no match are listed in ``missing_clean``; clean files nobody matched in ``missing_test``.
+    Test files with no match are the ``rain_only`` files (rainy inputs or predictions); clean files nobody
+    matched are ``clean_only``, as for training pairs.
 
     Raises:
         DataError: two files of one folder have the same pair name (``x.png`` and ``x.jpg``).
     """
-    matching = match_by_name(list_images(test_dir), list_images(clean_dir))
-    return Pairing(
-        matching.pairs, [p.name for p in matching.rain_only], [p.name for p in matching.clean_only]
-    )
+    return match_by_name(list_images(test_dir), list_images(clean_dir))
 
 
 def score_pair(pred: np.ndarray, clean: np.ndarray) -> dict[str, float]:
@@ -83,7 +71,7 @@ def evaluate(
     overlap: int = 32,
     names: set[str] | None = None,
     ensemble: int = 1,
-) -> tuple[list[Row], Pairing, list[str]]:
+) -> tuple[list[Row], Matching, list[str]]:
     """Score every pair; with ``model``, ``test_dir`` holds rainy inputs that are derained first.
 
     Args:
@@ -105,7 +93,7 @@ def evaluate(
         if unknown:
             raise ValueError(f"names not among the pairs of {test_dir}: {', '.join(sorted(unknown))}")
         # a chosen subset: files outside it are not "missing"
-        pairing = Pairing([(t, c) for t, c in pairing.pairs if t.name in names or t.stem in names], [], [])
+        pairing = Matching([(t, c) for t, c in pairing.pairs if t.name in names or t.stem in names], [], [])
     rows: list[Row] = []
     problems: list[str] = []
     for test_path, clean_path in tqdm(pairing.pairs, desc="evaluate", unit="img", file=sys.stderr):
@@ -224,13 +212,13 @@ def _folder_error(args: argparse.Namespace) -> str | None:
 
 
 def _report(
-    args: argparse.Namespace, test_dir: Path, rows: list[Row], pairing: Pairing, problems: list[str]
+    args: argparse.Namespace, test_dir: Path, rows: list[Row], pairing: Matching, problems: list[str]
 ) -> int:
     """Print what could not be scored (stderr), then the scores (a table, or ``--json``); the exit status."""
-    for name in pairing.missing_clean:
-        print(f"missing: no clean image in {args.clean} for {name}", file=sys.stderr)
-    for name in pairing.missing_test:
-        print(f"missing: no image in {test_dir} for clean {name}", file=sys.stderr)
+    for path in pairing.rain_only:
+        print(f"missing: no clean image in {args.clean} for {path.name}", file=sys.stderr)
+    for path in pairing.clean_only:
+        print(f"missing: no image in {test_dir} for clean {path.name}", file=sys.stderr)
     for message in problems:
         print(f"failed: {message}", file=sys.stderr)
     if not rows:
@@ -241,14 +229,14 @@ def _report(
     if args.json:
         extra = {
             "spread": {k: spread(rows, k) for k in SPREAD_KEYS if k in summary},
-            "missing_clean": pairing.missing_clean,
-            "missing_input": pairing.missing_test,
+            "rain_only": [p.name for p in pairing.rain_only],
+            "clean_only": [p.name for p in pairing.clean_only],
         }
         finite = {k: v if math.isfinite(v) else None for k, v in summary.items()}  # identical images: inf
         print(json.dumps({**finite, **extra, "failed": len(problems)}))
     else:
         _print_table(rows, summary)
-    return 1 if pairing.missing_clean or pairing.missing_test or problems else 0
+    return 1 if pairing.rain_only or pairing.clean_only or problems else 0
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluate") -> int:

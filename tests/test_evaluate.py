@@ -59,8 +59,8 @@ def test_pairing_by_name_stem_and_rain_prefix(folders: tuple[Path, Path]) -> Non
         ("b.png", "b.png"),
         ("c.png", "c.bmp"),
     ]
-    assert pairing.missing_clean == ["lonely.png"]
-    assert pairing.missing_test == ["orphan.png"]
+    assert [p.name for p in pairing.rain_only] == ["lonely.png"]
+    assert [p.name for p in pairing.clean_only] == ["orphan.png"]
 
 
 def test_scores_match_hand_computed_values(
@@ -76,7 +76,7 @@ def test_scores_match_hand_computed_values(
     assert result["ssim"] == pytest.approx(flat_ssim(100, 110), abs=SSIM_TOL)
     assert result["ssim_y"] == pytest.approx(flat_ssim(102, 110), abs=SSIM_TOL)
     assert result["bias_y"] == pytest.approx(110 - 102)  # Y levels: brighter than the clean image
-    assert result["missing_clean"] == [] and result["failed"] == 0
+    assert result["rain_only"] == [] and result["clean_only"] == [] and result["failed"] == 0
     psnr_spread = result["spread"]["psnr_y"]  # four equal images: no spread
     assert psnr_spread["min"] == pytest.approx(PSNR_Y, abs=1e-3) and psnr_spread["std"] == pytest.approx(0)
     assert psnr_spread["ci95"] == pytest.approx([psnr_spread["min"]] * 2)

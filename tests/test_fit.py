@@ -324,8 +324,17 @@ STAGE8_LONG = [
 ]
 
 
+STAGE9 = [*SHIPPED, "derain-small/stage9-base.yaml"]
+STAGE9_RUNS = [
+    [*STAGE9, "derain-small/stage9-arm-probe.yaml"],
+    [*STAGE9, "derain-small/stage9-arm-focused.yaml"],
+    [*STAGE9, "derain-small/stage9-arm-focused.yaml", "derain-small/stage9-arm-focused-lr.yaml"],
+]
+
+
 RECIPES = [
     *(SHIPPED[:n] for n in range(1, len(SHIPPED) + 1)),
+    *STAGE9_RUNS,
     [*SHIPPED[:4], "derain-small/gpu.yaml"],
     [*SHIPPED, "derain-small/stage8-arm-mix.yaml"],
     [*SHIPPED, "derain-small/stage8-arm-focused.yaml"],
@@ -352,7 +361,51 @@ def test_no_config_needs_the_development_data_folder():
         assert "shared" not in body, f"{path} names ../shared: use $DERAIN_DATA"
 
 
-@pytest.mark.parametrize("stages", RECIPES, ids=lambda stages: "+".join(Path(s).stem for s in stages))
+def recipe_id(stages: list[str]) -> str:
+    return "+".join(Path(s).stem for s in stages)
+
+
+@pytest.mark.parametrize("stages", STAGE9_RUNS, ids=recipe_id)
+def test_stage9_runs_start_from_the_shipped_weights_and_share_one_validation(
+    stages, capsys, monkeypatch, tmp_path
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main([*(a for name in stages for a in ("--config", name)), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    data, model = config["data"], config["model"]
+    assert model["init_weights"] == "packaged"
+    # the 200 held-out heavy pairs (benchmarks/heavy_val.py), the 7 heavy, RainTrainL's 40, Rain200L's 3
+    assert data["pairs"]["val_dirs"] == [
+        "runs/heavy-val",
+        "$DERAIN_DATA/rain200h-test-samples",
+        "$DERAIN_DATA/rain200l-samples",
+    ]
+    assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
+    assert (data["pairs"]["val_fraction"], data["seed"]) == (0.2, 0)
+    # stage 7's sources back beside RainTrainL
+    assert data["pairs"]["train_dirs"][:4] == [
+        f"$DERAIN_DATA/{name}"
+        for name in ("rain100h-train-mini", "didmdn-train-samples", "sirr-test-subset", "ddn-samples")
+    ]
+    assert "$DERAIN_DATA/raintrainl" in data["pairs"]["train_dirs"]
+    synthesis = data["synthesis"]
+    assert (
+        synthesis["layer_dirs"] == ["$DERAIN_DATA/rain-streaks-garg06/layers"]
+        and synthesis["layer_share"] == 0.3
+    )
+    assert synthesis["transplant_prob"] == 0.8 and "$DERAIN_DATA/clean" in synthesis["clean_dirs"]
+    assert (data["patch_size"], data["batch_size"]) == (256, 2)
+    last = Path(stages[-1]).stem
+    if last.startswith("stage9-arm"):  # the arms compare at equal CPU work
+        assert (config["trainer"]["max_steps"], config["seed_everything"]) == (500, 41)
+        assert model["lr"] == (2e-4 if last.endswith("-lr") else 1e-4)
+    if "focused" in last:
+        assert synthesis["transplant_shares"] == [0.85, 0.15] and synthesis["length"] == 1024
+
+
+@pytest.mark.parametrize("stages", RECIPES, ids=recipe_id)
 def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # bare names resolve to the bundled configs from any folder
     args = [a for name in stages for a in ("--config", name)]
