@@ -9,7 +9,8 @@ Real rainy photos have no clean image, so this measures what a model does (``doc
 - **rain-free kept**: PSNR-Y (MATLAB Y) of derain(photo) against the photo, on 24 rain-free 512² centre crops
   (the 12 Urban100 photos and the first 12 Kodak24 photos of ``clean/``); a model that blurs removes a lot too;
 - **a gallery** PNG: rainy | each weights' output, a row a photo, for a person to look at before any decision
-  (``--gallery-rows`` real photos spread over the sets, then two rain-free ones).
+  (``--gallery-rows`` real photos spread over the sets, then two rain-free ones; ``--crop 320`` shows each
+  photo's centre at full resolution, where streaks can be judged, instead of the whole photo scaled).
 
 Every weights file runs on the same photos in one run; the table gives each one's means, its ratio to the first
 weights' removal, and paired differences per photo against the first. Photos of any size and mode (grey, RGBA,
@@ -180,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gallery", type=Path, help="write the gallery PNG here")
     parser.add_argument("--gallery-rows", type=int, default=14, help="real photos in the gallery")
     parser.add_argument("--height", type=int, default=200, help="gallery row height (pixels)")
+    parser.add_argument(
+        "--crop",
+        type=int,
+        help="show each photo's centre CROP² pixels at full resolution instead of all of it",
+    )
     parser.add_argument("--json", type=Path, help="write the result, per-photo values included, here")
     args = parser.parse_args(argv)
     names = args.names or [Path(w).name for w in args.weights]
@@ -192,8 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     for message in result["skipped"]:
         print(message, file=sys.stderr)
     if args.gallery:
+        if args.crop:  # the outputs of the whole photos, cut: streaks are judged at 1:1
+            picks = [[np.ascontiguousarray(centre_crop(im, args.crop)) for im in row] for row in picks]
         write_image_atomic(
-            args.gallery, gallery(picks, height=args.height, headers=["rainy", *names], captions=captions)
+            args.gallery,
+            gallery(picks, height=args.crop or args.height, headers=["rainy", *names], captions=captions),
         )
         print(f"gallery: {args.gallery} ({len(picks)} rows)")
     if args.json:

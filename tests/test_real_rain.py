@@ -107,6 +107,11 @@ def test_real_rain_compares_weights_skips_unreadable_photos_and_writes_a_gallery
     image = cv2.imread(str(out))
     assert image is not None and image.shape[1] > 3 * 32  # rainy | A | B
     assert not list(out.parent.glob(".*"))  # nothing half-written left beside it
+    cropped = tmp_path / "out" / "crops.png"
+    assert benchmark("real_rain").main([*args, "--gallery", str(cropped), "--crop", "16"]) == 0
+    rows = 3 + 1 + 1 + 2  # the 3 readable real-rainy photos, SPA's, the webcam's, then two rain-free
+    assert cv2.imread(str(cropped)).shape[1] == 3 * (16 + 4)  # rainy | A | B at 1:1, each 16 px and its gap
+    assert cv2.imread(str(cropped)).shape[0] >= rows * (16 + 4)
 
 
 def test_real_rain_names_a_weights_file_that_does_not_load_and_a_folder_without_images(
