@@ -329,6 +329,7 @@ STAGE9_RUNS = [
     [*STAGE9, "derain-small/stage9-arm-probe.yaml"],
     [*STAGE9, "derain-small/stage9-arm-focused.yaml"],
     [*STAGE9, "derain-small/stage9-arm-focused.yaml", "derain-small/stage9-arm-focused-lr.yaml"],
+    [*STAGE9, "derain-small/stage9-arm-focused.yaml", "derain-small/stage9-long.yaml"],
 ]
 
 
@@ -401,8 +402,14 @@ def test_stage9_runs_start_from_the_shipped_weights_and_share_one_validation(
     if last.startswith("stage9-arm"):  # the arms compare at equal CPU work
         assert (config["trainer"]["max_steps"], config["seed_everything"]) == (500, 41)
         assert model["lr"] == (2e-4 if last.endswith("-lr") else 1e-4)
-    if "focused" in last:
+    if "focused" in last or last == "stage9-long":
         assert synthesis["transplant_shares"] == [0.85, 0.15] and synthesis["length"] == 1024
+    if last == "stage9-long":  # the arm the rule picked, long, on one cosine from the shipped weights
+        assert (config["trainer"]["max_steps"], config["seed_everything"], model["lr"]) == (3000, 43, 1e-4)
+        assert (
+            model["schedule_steps"] is None
+            and config["trainer"]["default_root_dir"] == "runs/derain-small/stage9-long"
+        )
 
 
 @pytest.mark.parametrize("stages", RECIPES, ids=recipe_id)
