@@ -35,6 +35,7 @@ PHOTOS = "clean/bsds500-leakfree"
 PAIR_FOLDERS = (HEAVY, RAIN200H, "raintrainl", "didmdn-train-samples", "sirr-test-subset", "ddn-samples")
 """Pair folders whose backgrounds the held-out photos avoid (stage 9's training and validation pairs)."""
 VAL_FRACTION, DATA_SEED = 0.2, 0  # the recipe's hold-out (configs/derain-small/stage1.yaml)
+BETA = 0.0  # the recipe's composite: clip(rainy − clean) layers, put on by plain addition
 
 
 def heldout_heavy_pairs(data: Path) -> list[tuple[Path, Path]]:
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     donors = heldout_heavy_pairs(args.data)
     layers = [cv2.subtract(read_rgb(rain), read_rgb(clean)) for rain, clean in donors]
     photos = pick_photos(args.data, args.photos, args.seed)
-    pairs = heldout_pairs(layers, [read_rgb(p) for p in photos], per_photo=args.per_photo, seed=args.seed)
+    pairs = heldout_pairs(
+        layers, [read_rgb(p) for p in photos], beta=BETA, per_photo=args.per_photo, seed=args.seed
+    )
     rows = []
     for i, pair in enumerate(pairs, 1):
         name = f"{i:04d}.png"

@@ -30,7 +30,7 @@ def test_heldout_pairs_put_each_layer_on_the_photo_by_plain_addition():
         rng.integers(0, 255, (6, 8, 3), dtype=np.uint8),
         rng.integers(0, 255, (8, 6, 3), dtype=np.uint8),
     ]
-    pairs = heldout_pairs(layers, photos, per_photo=2, seed=3)
+    pairs = heldout_pairs(layers, photos, beta=0.0, per_photo=2, seed=3)
     assert len(pairs) == 4 and [p.photo for p in pairs] == [0, 0, 1, 1]
     assert len({p.layer for p in pairs[:2]}) == 2  # distinct layers on one photo
     for pair in pairs:
@@ -39,16 +39,16 @@ def test_heldout_pairs_put_each_layer_on_the_photo_by_plain_addition():
         np.testing.assert_array_equal(pair.rainy, expected)
     # the portrait photo is turned to the layers' landscape orientation, its content unchanged
     np.testing.assert_array_equal(pairs[2].clean, np.rot90(photos[1]))
-    again = heldout_pairs(layers, photos, per_photo=2, seed=3)
+    again = heldout_pairs(layers, photos, beta=0.0, per_photo=2, seed=3)
     assert all(np.array_equal(a.rainy, b.rainy) for a, b in zip(pairs, again, strict=True))
 
 
 def test_heldout_pairs_refuse_more_layers_a_photo_than_there_are():
     layer = np.zeros((4, 4, 3), np.uint8)
     with pytest.raises(ValueError, match=r"per_photo must be in \[1, 1\]"):
-        heldout_pairs([layer], [layer], per_photo=2)
+        heldout_pairs([layer], [layer], beta=0.0, per_photo=2)
     with pytest.raises(ValueError, match="needs rain layers and photos"):
-        heldout_pairs([], [layer])
+        heldout_pairs([], [layer], beta=0.0)
 
 
 def test_change_levels_is_the_mean_absolute_change_in_8_bit_levels():

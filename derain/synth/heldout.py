@@ -50,22 +50,23 @@ def heldout_pairs(
     layers: Sequence[np.ndarray],
     photos: Sequence[np.ndarray],
     *,
+    beta: float,
     per_photo: int = 4,
     seed: int = 0,
-    beta: float = 0.0,
 ) -> list[HeldOutPair]:
     """Pairs of ``per_photo`` distinct rain layers on each photo, seeded.
 
     Each pair takes a layer not yet used on its photo, flips it left-right at random, shifts it sideways by a
     random amount (wrapping round), turns the photo to the layer's orientation if they differ, and puts the
-    rain on with ``composite`` (``beta`` 0: plain addition, as the shipped recipe's layers are made).
+    rain on with ``composite`` under ``beta`` (0: plain addition, how the shipped recipe's layers are made and
+    put on; there is no default, so the caller says which composite its layers belong to).
 
     Args:
         layers: rain layers, uint8 or float (H, W, 3), e.g. ``clip(rainy − clean)`` of held-out pairs.
         photos: clean uint8 RGB photos, none of them trained on.
         per_photo: layers on each photo (at most ``len(layers)``).
         seed: the random stream; the same inputs and seed give the same pairs.
-        beta: the composite's β.
+        beta: the composite's β (``derain.synth.COMPOSITE_BETA`` or the recipe's).
 
     Returns:
         ``len(photos) * per_photo`` pairs, uint8 (H, W, 3) rainy and clean images, photo by photo.
