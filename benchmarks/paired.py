@@ -11,13 +11,15 @@ The sets (MATLAB-Y PSNR/SSIM of 8-bit outputs, ``derain.evaluate``; none trained
 
 A mean over a set says little when two weights differ by a fraction of a dB and the images by several; the paired
 difference per image (weights − first weights) and its 95 % bootstrap interval say whether the difference is
-larger than the images' noise. ``--sets`` picks some. Prints the table and one ``RESULT {...}`` JSON line;
+larger than the images' noise. The heavy 200 are also reported by the folder of their rain layer (Rain100H's 4,
+Rain200H's 3): weights that trained on one family's layers read high on it. ``--sets`` picks some. Prints the table and one ``RESULT {...}`` JSON line;
 ``--json FILE`` writes per-image values (atomically).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -97,6 +99,19 @@ def summary(rows: list[dict], base: list[dict] | None) -> dict:
     return out
 
 
+def by_layer_family(per_weights: list[list[dict]], manifest: Path) -> dict[str, list[list[dict]]]:
+    """The heavy 200's rows split by the folder their rain layer came from (``manifest.csv`` of the build):
+    a family some weights trained on reads high for them, whatever they learnt."""
+    with manifest.open(newline="") as f:
+        family = {row["name"]: row["layer"].split("/")[0] for row in csv.DictReader(f)}
+    groups: dict[str, list[list[dict]]] = {}
+    for name in sorted(set(family.values())):
+        groups[f"heavy200, {name} layers"] = [
+            [r for r in rows if family.get(r["name"].split("/")[-1]) == name] for rows in per_weights
+        ]
+    return groups
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--weights", nargs="+", required=True, help="weights files; the first is the base")
@@ -121,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         for s in sets:
             per_image[s].append(score(model, parts[s]))
         print(f"scored {path}", file=sys.stderr)
+    if "heavy200" in sets and (args.heavy_val / "manifest.csv").is_file():
+        per_image.update(by_layer_family(per_image["heavy200"], args.heavy_val / "manifest.csv"))
+        sets = [*sets[:1], *(k for k in per_image if k.startswith("heavy200, ")), *sets[1:]]
     width = max(len(n) for n in names)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; PSNR-Y dB [95 % CI]; paired: minus first"
