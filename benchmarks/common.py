@@ -1,11 +1,23 @@
-"""Helpers shared by the benchmark scripts: peak-memory measurement and the printed report."""
+"""Helpers shared by the benchmark scripts: peak-memory measurement, the printed report, and for the scripts that
+compare weights side by side: loading them, the recipe's seeded hold-out, paired differences."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import numpy as np
 import torch
+
+from derain import load_model
+from derain.data.split import seeded_share
+from derain.evaluate import spread
+from derain.pairing import Pair, find_pairs
+from derain.weights import WeightsError
+
+VAL_FRACTION, DATA_SEED = 0.2, 0
+"""The shipped recipe's validation hold-out (``val_fraction``, data ``seed``: configs/derain-small/stage1.yaml)."""
 
 
 def status_kb(field: str) -> int:
@@ -39,3 +51,32 @@ def report(rows: list[tuple[str, str]], result: dict) -> None:
         print(f"{name:<{width}}  {value}")
     values = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in result.items()}
     print("RESULT " + json.dumps(values))
+
+
+def load_weights(paths: Sequence[str]) -> list[torch.nn.Module]:
+    """Each weights file as a network on the CPU; one that does not load exits with a line naming it."""
+    models = []
+    for path in paths:
+        try:
+            models.append(load_model(path, device="cpu"))
+        except (WeightsError, OSError, RuntimeError) as err:
+            raise SystemExit(f"error: weights {path} do not load: {err}") from None
+    return models
+
+
+def held_out(folder: Path) -> list[Pair]:
+    """The pairs of ``folder`` that the recipe's seeded hold-out keeps for validation (``val_from``)."""
+    pairs = find_pairs(folder)
+    return [pairs[i] for i in seeded_share(len(pairs), VAL_FRACTION, DATA_SEED)]
+
+
+def paired_difference(values: Sequence[float], base: Sequence[float]) -> dict:
+    """Per-item ``values − base``: mean, standard deviation, 95 % bootstrap interval, and how many are above 0."""
+    diffs = [{"d": a - b} for a, b in zip(values, base, strict=True)]
+    stats = spread(diffs, "d")
+    return {
+        "mean": float(np.mean([d["d"] for d in diffs])),
+        "std": stats["std"],
+        "ci95": stats["ci95"],
+        "wins": int(sum(d["d"] > 0 for d in diffs)),
+    }

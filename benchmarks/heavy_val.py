@@ -22,9 +22,9 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from common import held_out
 
 from derain.data.overlap import content_signature, shows_any, signatures
-from derain.data.split import seeded_share
 from derain.io import atomic_output, list_images, read_rgb, write_image_atomic
 from derain.pairing import find_pairs
 from derain.synth.heldout import heldout_pairs
@@ -34,15 +34,12 @@ RAIN200H = "rain200h-test-samples"
 PHOTOS = "clean/bsds500-leakfree"
 PAIR_FOLDERS = (HEAVY, RAIN200H, "raintrainl", "didmdn-train-samples", "sirr-test-subset", "ddn-samples")
 """Pair folders whose backgrounds the held-out photos avoid (stage 9's training and validation pairs)."""
-VAL_FRACTION, DATA_SEED = 0.2, 0  # the recipe's hold-out (configs/derain-small/stage1.yaml)
 BETA = 0.0  # the recipe's composite: clip(rainy − clean) layers, put on by plain addition
 
 
 def heldout_heavy_pairs(data: Path) -> list[tuple[Path, Path]]:
     """The seven heavy pairs no stage-9 run trains on: the recipe's four Rain100H hold-outs and Rain200H's 3."""
-    heavy = find_pairs(data / HEAVY)
-    held = [heavy[i] for i in seeded_share(len(heavy), VAL_FRACTION, DATA_SEED)]
-    return held + find_pairs(data / RAIN200H)
+    return held_out(data / HEAVY) + find_pairs(data / RAIN200H)
 
 
 def pick_photos(data: Path, count: int, seed: int) -> list[Path]:

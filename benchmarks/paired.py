@@ -27,21 +27,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import held_out, load_weights, paired_difference
 
-from derain import load_model
-from derain.data.split import seeded_share
 from derain.evaluate import evaluate, spread
 from derain.io import atomic_output
-from derain.pairing import find_pairs
-from derain.weights import WeightsError
-
-VAL_FRACTION, DATA_SEED = 0.2, 0
 
 
 def held_names(folder: Path) -> list[str]:
     """The rainy file names of ``folder``'s seeded hold-out (the recipe's ``val_from`` share)."""
-    pairs = find_pairs(folder)
-    return [pairs[i][0].name for i in seeded_share(len(pairs), VAL_FRACTION, DATA_SEED)]
+    return [rain.name for rain, _ in held_out(folder)]
 
 
 def set_parts(data: Path, heavy_val: Path) -> dict[str, list[tuple[Path, list[str] | None]]]:
@@ -88,14 +82,7 @@ def summary(rows: list[dict], base: list[dict] | None) -> dict:
             raise SystemExit(
                 "error: the weights were scored on different images; a paired difference needs the same"
             )
-        diffs = [{"d": a["psnr_y"] - b["psnr_y"]} for a, b in zip(rows, base, strict=True)]
-        stats = spread(diffs, "d")
-        out["paired"] = {
-            "mean": float(np.mean([d["d"] for d in diffs])),
-            "std": stats["std"],
-            "ci95": stats["ci95"],
-            "wins": int(sum(d["d"] > 0 for d in diffs)),
-        }
+        out["paired"] = paired_difference([r["psnr_y"] for r in rows], [r["psnr_y"] for r in base])
     return out
 
 
@@ -128,11 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = args.sets or list(parts)
     torch.set_grad_enabled(False)
     per_image: dict[str, list[list[dict]]] = {s: [] for s in sets}
-    for path in args.weights:
-        try:
-            model = load_model(path, device="cpu")
-        except (WeightsError, OSError, RuntimeError) as err:
-            raise SystemExit(f"error: weights {path} do not load: {err}") from None
+    for path, model in zip(args.weights, load_weights(args.weights), strict=True):
         for s in sets:
             per_image[s].append(score(model, parts[s]))
         print(f"scored {path}", file=sys.stderr)

@@ -29,13 +29,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import load_weights, paired_difference
 
-from derain import load_model
 from derain.evaluate import score_pair, spread
 from derain.inference import restore
 from derain.inference.gallery import change_levels, gallery
 from derain.io import IMAGE_SUFFIXES, ImageReadError, atomic_output, list_images, read_rgb, write_image_atomic
-from derain.weights import WeightsError
 
 REAL_SETS = {"real-rainy": "real-rainy/rain", "spa": "spa-samples/rain", "webcam": "gtrain-webcam-pairs/rain"}
 RAIN_FREE = (("clean/urban100-subset", 12), ("clean/kodak24", 12))
@@ -61,19 +60,10 @@ def read_folder(folder: Path, limit: int | None = None) -> tuple[list[tuple[str,
 
 
 def centre_crop(image: np.ndarray, side: int = CROP) -> np.ndarray:
+    """The centre ``side``² of ``image`` (all of a side shorter than that), as a contiguous array."""
     h, w = image.shape[:2]
     top, left = max(0, (h - side) // 2), max(0, (w - side) // 2)
-    return image[top : top + side, left : left + side]
-
-
-def load_candidates(paths: list[str]) -> list[torch.nn.Module]:
-    models = []
-    for path in paths:
-        try:
-            models.append(load_model(path, device="cpu"))
-        except (WeightsError, OSError, RuntimeError) as err:
-            raise SystemExit(f"error: weights {path} do not load: {err}") from None
-    return models
+    return np.ascontiguousarray(image[top : top + side, left : left + side])
 
 
 def mean_row(values: list[float], first: list[float] | None) -> dict:
@@ -84,8 +74,7 @@ def mean_row(values: list[float], first: list[float] | None) -> dict:
         **{k: v for k, v in spread(rows, "v").items() if k in ("std", "ci95")},
     }
     if first is not None:
-        diffs = [{"d": a - b} for a, b in zip(values, first, strict=True)]
-        out["paired"] = {"mean": float(np.mean([d["d"] for d in diffs])), **spread(diffs, "d")}
+        out["paired"] = paired_difference(values, first)
     return out
 
 
@@ -120,7 +109,7 @@ def measure(models, names, data: Path, rows_wanted: int) -> tuple[dict, list[lis
         photos, bad = read_folder(data / sub, count)
         skipped += bad
         for name, photo in photos:
-            crop = np.ascontiguousarray(centre_crop(photo))
+            crop = centre_crop(photo)
             outs = [restore(m, crop) for m in models]
             for i, out in enumerate(outs):
                 kept[i].append(score_pair(out, crop)["psnr_y"])
@@ -192,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(names) != len(args.weights):
         parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
     torch.set_grad_enabled(False)
-    models = load_candidates(args.weights)
+    models = load_weights(args.weights)
     result, picks, captions = measure(models, names, args.data, args.gallery_rows if args.gallery else 0)
     print_table(result)
     for message in result["skipped"]:
         print(message, file=sys.stderr)
     if args.gallery:
         if args.crop:  # the outputs of the whole photos, cut: streaks are judged at 1:1
-            picks = [[np.ascontiguousarray(centre_crop(im, args.crop)) for im in row] for row in picks]
+            picks = [[centre_crop(im, args.crop) for im in row] for row in picks]
         write_image_atomic(
             args.gallery,
             gallery(picks, height=args.crop or args.height, headers=["rainy", *names], captions=captions),

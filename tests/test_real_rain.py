@@ -2,6 +2,7 @@
 ``derain.inference.gallery`` and the benchmarks that compare weights (``benchmarks/real_rain.py``, ``heavy_val.py``)."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import cv2
@@ -16,7 +17,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def benchmark(name: str):
-    """A benchmark script imported as a module (they are scripts, not part of the package)."""
+    """A benchmark script imported as a module (they are scripts, not part of the package; they import their
+    shared ``common`` from beside them)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
