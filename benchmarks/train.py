@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
-from common import report, reset_peak, status_kb
+from common import report, reset_peak, status_kb, yardstick
 from torch import Tensor
 
 from derain.data import Synthesis, SyntheticRainDataset
@@ -74,6 +74,37 @@ def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple
         step()
         times.append(time.perf_counter() - t)
     return statistics.median(times), (status_kb("VmHWM") - base) / 1024
+
+
+def precision_step_times(batch: int, patch: int, steps: int) -> dict[str, float]:
+    """A training step of ``DerainNet()`` in float32 and under CPU bf16 autocast (what ``--trainer.precision
+    bf16-mixed`` runs: the loss and the residual add stay float32), same start, timed alternately (medians,
+    seconds), and how far the two outputs of the first step lie apart."""
+    torch.manual_seed(0)
+    nets = [DerainNet().to(memory_format=torch.channels_last) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [torch.optim.AdamW(net.parameters(), lr=1e-4) for net in nets]
+    x = torch.rand(batch, 3, patch, patch).contiguous(memory_format=torch.channels_last)
+    y = torch.rand(batch, 3, patch, patch)
+
+    def step(i: int) -> Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=i == 1):
+            out = nets[i](x)
+            loss = charbonnier_loss(out.float(), y)
+        opts[i].zero_grad(set_to_none=True)
+        loss.backward()
+        opts[i].step()
+        return out.detach().float()
+
+    diff = (step(0) - step(1)).abs().max().item()  # also the warm-up
+    times: list[list[float]] = [[], []]
+    for _ in range(steps):
+        for i in (0, 1):
+            t = time.perf_counter()
+            step(i)
+            times[i].append(time.perf_counter() - t)
+    fp32, bf16 = (statistics.median(ts) for ts in times)
+    return {"fp32_s": fp32, "bf16_s": bf16, "first_step_max_abs_diff": diff}
 
 
 def config_shape(name: str) -> tuple[int, int]:
@@ -175,7 +206,9 @@ def main() -> None:
     parser.add_argument("--compile-steps", type=int, default=8, help="timed steps per side (default 8)")
     args = parser.parse_args()
 
+    unit = yardstick()
     t_cl, mem_cl = step_times(args.batch, args.patch, args.steps, channels_last=True)
+    prec = precision_step_times(args.batch, args.patch, args.steps)
     batches = max(5, args.steps // 2)
     t_load = loader_time(args.batch, args.patch, batches)
     t_aug = loader_time(args.batch, args.patch, batches, recipe_augment())
@@ -194,12 +227,25 @@ def main() -> None:
         "procedural_numpy_ms": t_numpy * 1e3,
         "procedural_batch_rain_cpu_ms": t_batch * 1e3,
         "batch_rain_over_numpy_cpu": t_batch / t_numpy,
+        "yardstick_s": unit,
+        "step_yardsticks": t_cl / unit,
+        "fp32_step_yardsticks": prec["fp32_s"] / unit,
+        "bf16_step_yardsticks": prec["bf16_s"] / unit,
+        "bf16_speedup": prec["fp32_s"] / prec["bf16_s"],
+        "bf16_first_step_max_abs_diff": prec["first_step_max_abs_diff"],
     }
     rows = [
         (
             f"train step, batch {args.batch}, {args.patch}x{args.patch}, channels-last",
-            f"{t_cl * 1e3:.0f} ms = {1 / t_cl:.2f} steps/s, peak +{mem_cl:.0f} MB",
+            f"{t_cl * 1e3:.0f} ms = {1 / t_cl:.2f} steps/s = {t_cl / unit:.2f} yardsticks, peak +{mem_cl:.0f} MB",
         ),
+        (
+            "the same step, float32 vs bf16 autocast (--trainer.precision bf16-mixed), alternately",
+            f"{prec['fp32_s'] * 1e3:.0f} vs {prec['bf16_s'] * 1e3:.0f} ms = {prec['fp32_s'] / unit:.2f} vs "
+            f"{prec['bf16_s'] / unit:.2f} yardsticks ({prec['fp32_s'] / prec['bf16_s']:.2f}x); first outputs "
+            f"differ by {prec['first_step_max_abs_diff']:.1e}",
+        ),
+        ("yardstick (10 convs 48->48 3x3 on 321x481, forward)", f"{unit * 1e3:.0f} ms"),
         (
             "one batch of synthetic rain + transplant (1 process)",
             f"{t_load * 1e3:.0f} ms = {100 * t_load / t_cl:.0f}% of a step",

@@ -77,6 +77,12 @@ class BatchRain(nn.Module):
         super().__init__()
         if not styles:
             raise ValueError("BatchRain needs at least one RainStyle")
+        fancy = [s for s in styles if not s.plain]
+        if fancy:
+            raise ValueError(
+                f"BatchRain renders styles without cross_prob, falloff, blur and location_prob; got {fancy[0]}: "
+                "render such styles in the loader workers (add_rain; synthesis.render_on_device false)"
+            )
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"BatchRain beta must be in [0, 1], got {beta}")
         self.beta = beta

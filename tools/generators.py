@@ -1,0 +1,270 @@
+"""How close is a rain generator to real heavy rain? Train on its rain alone, score on every real heavy pair.
+
+    DERAIN_DATA=../shared/data python tools/generators.py runs/generators                 # the default arms
+    DERAIN_DATA=../shared/data python tools/generators.py runs/generators --arms rain100h layered real14
+
+Each arm trains ``DerainNet()`` from scratch with one fixed budget (``--steps`` of ``--batch`` × ``--patch``²,
+seed 0, lr 8e-4 after 100 warm-up steps, ``--precision``) on the same photos: the BSDS500 pool of
+``$DERAIN_DATA/clean/bsds500-leakfree`` minus every photo that shows the background of one of the 21 real heavy
+pairs (Rain100H's 18 development pairs, Rain200H's 3; by content, ``derain.data.overlap``). An arm is either
+
+- a **generated** arm, named after a procedural style of ``derain.synth.RAIN_STYLES`` (``rain100h``, ``layered``,
+  ...): only that style's rain, no real pair or layer. Such a network never sees a real heavy layer, so all 21
+  pairs are held out from it;
+- the **reference** arm ``real14``: the 14 Rain100H pairs the recipe trains on (its seeded 20 % hold-out left
+  out), as pairs and as transplanted rain layers on the same photos. It has seen 14 of the 21 layers.
+
+Every arm is scored on the 21 pairs (full images; MATLAB-Y PSNR/SSIM of 8-bit outputs, ``derain.evaluate``),
+per pair. The table gives each arm's mean on all 21, on the 7 pairs no arm trained on (Rain100H's 4 held out,
+Rain200H's 3) and on the other 14, and paired differences (arm − first arm) with a 95 % bootstrap interval: on
+the 21 for generated arms, on the 7 for every arm. An arm's run folder (``OUT/ARM``) holds its config, its
+Lightning run and ``scores.json``; a finished arm is not trained again, an interrupted one resumes. Prints the
+table and one ``RESULT {...}`` JSON line; ``OUT/summary.json`` has the same (written atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from derain.data.overlap import leave_out_shown, signatures
+from derain.data.split import seeded_share
+from derain.evaluate import evaluate, spread
+from derain.io import atomic_output, list_images
+from derain.pairing import find_pairs
+from derain.synth import RAIN_STYLES
+
+HEAVY = ("rain100h-train-mini", "rain200h-test-samples")
+"""The folders of the 21 real heavy pairs, under ``$DERAIN_DATA``."""
+PHOTOS = "clean/bsds500-leakfree"
+REFERENCE = "real14"
+VAL_FRACTION, DATA_SEED = 0.2, 0
+"""The recipe's seeded hold-out of Rain100H's pairs (``val_from``, ``val_fraction``, data ``seed``): 4 of 18."""
+DEFAULT_ARMS = ("rain100h", "layered", REFERENCE)
+
+
+def data_root() -> Path:
+    value = os.environ.get("DERAIN_DATA")
+    if not value:
+        raise SystemExit(
+            "error: set DERAIN_DATA to the folder that holds the data sets (e.g. ../shared/data)"
+        )
+    root = Path(value)
+    for name in (*HEAVY, PHOTOS):
+        if not (root / name).is_dir():
+            raise SystemExit(f"error: {root / name} is missing (DERAIN_DATA={value}); it holds {name}")
+    return root
+
+
+def honest_names(data: Path) -> dict[str, set[str]]:
+    """Rainy file names, per heavy folder, of the pairs no arm trains on."""
+    mini = find_pairs(data / HEAVY[0])
+    held = {mini[i][0].name for i in seeded_share(len(mini), VAL_FRACTION, DATA_SEED)}
+    return {HEAVY[0]: held, HEAVY[1]: {rain.name for rain, _ in find_pairs(data / HEAVY[1])}}
+
+
+def photo_folder(data: Path, out: Path) -> tuple[Path, int, int]:
+    """``OUT/photos``: links to the BSDS photos that show none of the 21 pairs' backgrounds (made once)."""
+    folder = out / "photos"
+    photos = list_images(data / PHOTOS, recursive=True)
+    backgrounds = [clean for name in HEAVY for _, clean in find_pairs(data / name)]
+    kept, left = leave_out_shown(photos, signatures(photos), [signatures(backgrounds)])
+    if not folder.is_dir():
+        tmp = out / ".photos.partial"
+        tmp.mkdir(parents=True, exist_ok=True)
+        for photo in kept:
+            link = tmp / photo.name
+            if not link.exists():
+                link.symlink_to(photo.resolve())
+        tmp.rename(folder)
+    return folder, len(kept), len(left)
+
+
+def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Namespace) -> dict:
+    """The LightningCLI config of one arm (see the module docstring)."""
+    synthesis: dict = {"clean_dirs": [str(photos)], "length": 1000, "val_length": 0}
+    pairs: dict = {"val_dirs": [str(data / name) for name in HEAVY]}
+    if arm == REFERENCE:
+        mini = str(data / HEAVY[0])
+        pairs = {"train_dirs": [mini], "val_from": [mini], "val_fraction": VAL_FRACTION, "repeat": 4}
+        pairs["val_dirs"] = [str(data / HEAVY[1])]
+        synthesis |= {"transplant_prob": 1.0, "transplant_from": [mini], "procedural_styles": ["heavy"]}
+    else:
+        synthesis |= {"transplant_prob": 0.0, "procedural_styles": [arm]}
+    return {
+        "seed_everything": 0,
+        "trainer": {
+            "default_root_dir": str(run),
+            "devices": 1,
+            "max_steps": args.steps,
+            "val_check_interval": args.steps,
+            "check_val_every_n_epoch": None,
+            "log_every_n_steps": 50,
+            "gradient_clip_val": 0.5,
+            "precision": args.precision,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+        },
+        "model": {
+            "net": {"class_path": "derain.models.DerainNet"},
+            "loss": "charbonnier",
+            "lr": 0.0008,
+            "warmup_steps": 100,
+        },
+        "data": {
+            "pairs": pairs,
+            "synthesis": synthesis,
+            "patch_size": args.patch,
+            "batch_size": args.batch,
+            "num_workers": 2,
+            "seed": 0,
+        },
+    }
+
+
+def train(arm: str, data: Path, photos: Path, out: Path, args: argparse.Namespace) -> Path:
+    """Train one arm (resuming an interrupted run); returns its exported weights."""
+    run = out / arm
+    weights = run / "model.safetensors"
+    if weights.is_file():
+        return weights
+    config = run / "config.yaml"
+    with atomic_output(config) as tmp:
+        tmp.write_text(yaml.safe_dump(arm_config(arm, data, photos, run, args), sort_keys=False))
+    command = [sys.executable, "-m", "derain.fit", "--config", str(config)]
+    print(f"[{arm}] training: {' '.join(command)}", flush=True)
+    with open(run / "fit.log", "a") as log:
+        status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if status != 0 or not weights.is_file():
+        raise SystemExit(f"error: arm {arm} failed (exit {status}); see {run / 'fit.log'}")
+    return weights
+
+
+def score(arm: str, weights: Path, data: Path) -> list[dict]:
+    """Per-pair PSNR-Y/SSIM-Y of one arm on the 21 pairs (cached in ``scores.json``)."""
+    cached = weights.parent / "scores.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    from derain import load_model
+
+    model = load_model(str(weights), device="cpu")
+    honest = honest_names(data)
+    rows = []
+    for name in HEAVY:
+        folder = data / name
+        found, _, problems = evaluate(folder / "rain", folder / "norain", model=model)
+        if problems:
+            raise SystemExit(f"error: {folder}: {'; '.join(problems)}")
+        rows += [
+            {
+                "pair": f"{name}/{r['name']}",
+                "psnr_y": r["psnr_y"],
+                "ssim_y": r["ssim_y"],
+                "honest": r["name"] in honest[name],
+            }
+            for r in found
+        ]
+    with atomic_output(cached) as tmp:
+        tmp.write_text(json.dumps(rows, indent=1))
+    print(f"[{arm}] scored {len(rows)} pairs", flush=True)
+    return rows
+
+
+def paired(rows: list[dict], base: list[dict], keep) -> dict:
+    """Mean, 95 % bootstrap interval and wins of ``rows − base`` over the pairs ``keep`` selects."""
+    diffs = [
+        {"d": r["psnr_y"] - b["psnr_y"]}
+        for r, b in zip(rows, base, strict=True)
+        if keep(r) and r["pair"] == b["pair"]
+    ]
+    stats = spread(diffs, "d")
+    return {
+        "mean": float(np.mean([d["d"] for d in diffs])),
+        "ci95": stats["ci95"],
+        "wins": sum(d["d"] > 0 for d in diffs),
+        "n": len(diffs),
+    }
+
+
+def summarise(scores: dict[str, list[dict]]) -> dict:
+    first = next(iter(scores))
+    out = {}
+    for arm, rows in scores.items():
+
+        def mean(keep, key="psnr_y", rows=rows):
+            return float(np.mean([r[key] for r in rows if keep(r)]))
+
+        entry = {
+            "all21": mean(lambda r: True),
+            "ssim21": mean(lambda r: True, "ssim_y"),
+            "honest7": mean(lambda r: r["honest"]),
+            "other14": mean(lambda r: not r["honest"]),
+        }
+        if arm != first:
+            entry["d7"] = paired(rows, scores[first], lambda r: r["honest"])
+            if arm != REFERENCE and first != REFERENCE:
+                entry["d21"] = paired(rows, scores[first], lambda r: True)
+        out[arm] = entry
+    return out
+
+
+def print_table(summary: dict, first: str) -> None:
+    print(f"{'arm':<12} {'21 pairs':>9} {'SSIM-Y':>7} {'7 held':>7} {'14':>7}   paired vs {first}")
+    for arm, s in summary.items():
+        parts = []
+        for key, label in (("d21", "21"), ("d7", "7")):
+            if key in s:
+                d = s[key]
+                parts.append(
+                    f"{label}: {d['mean']:+.2f} [{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}] {d['wins']}/{d['n']}"
+                )
+        print(
+            f"{arm:<12} {s['all21']:9.2f} {s['ssim21']:7.3f} {s['honest7']:7.2f} {s['other14']:7.2f}   "
+            + "; ".join(parts)
+        )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path, help="folder for the arms' runs and the summary")
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="procedural styles, or real14")
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--patch", type=int, default=128)
+    parser.add_argument("--precision", default="bf16-mixed", help="the trainer's precision (32, bf16-mixed)")
+    args = parser.parse_args(argv)
+    unknown = [a for a in args.arms if a != REFERENCE and a not in RAIN_STYLES]
+    if unknown:
+        parser.error(f"unknown arm(s) {unknown}: expected {REFERENCE} or styles {sorted(RAIN_STYLES)}")
+    if args.steps < 1 or args.batch < 1 or args.patch < 32:
+        parser.error(
+            f"--steps, --batch must be >= 1 and --patch >= 32, got {args.steps}, {args.batch}, {args.patch}"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    data = data_root()
+    photos, kept, left = photo_folder(data, args.out)
+    print(f"photos: {kept} of the BSDS pool ({left} show a heavy pair's background and are left out)")
+    scores = {arm: score(arm, train(arm, data, photos, args.out, args), data) for arm in args.arms}
+    summary = summarise(scores)
+    print_table(summary, args.arms[0])
+    result = {"steps": args.steps, "batch": args.batch, "patch": args.patch, "precision": args.precision}
+    result["arms"] = summary
+    with atomic_output(args.out / "summary.json") as tmp:
+        tmp.write_text(json.dumps(result, indent=1))
+    print("RESULT " + json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
