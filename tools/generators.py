@@ -235,10 +235,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder for the arms' runs and the summary")
     parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="procedural styles, or real14")
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--patch", type=int, default=128)
-    parser.add_argument("--precision", default="bf16-mixed", help="the trainer's precision (32, bf16-mixed)")
+    parser.add_argument(
+        "--precision", default="32", help="the trainer's precision: 32, or bf16-mixed where the CPU has bf16"
+    )
     args = parser.parse_args(argv)
     unknown = [a for a in args.arms if a != REFERENCE and a not in RAIN_STYLES]
     if unknown:
