@@ -11,7 +11,8 @@ Measures, on this machine's CPU (or ``--device``):
 3. max / mean absolute difference (8-bit levels) between tiled (128 px tiles, 32 overlap) and whole-image
    output on a 256×384 photo;
 4. seconds per 321×481 photo of ``restore`` with ``ensemble`` 1, 2 and 4 (self-ensemble of flips), interleaved
-   rounds after a warm-up, median per setting and the ratio to ``ensemble=1``;
+   rounds after a warm-up, median per setting and the ratio to ``ensemble=1``; and ``ensemble=1`` in yardsticks
+   (``common.yardstick``, timed in the same rounds: the network's budget is 1.4);
 5. the two backends side by side: seconds per photo of ``restore`` with torch eager and with onnxruntime (the
    ONNX graph of the same weights, ``--onnx FILE`` or exported once into the cache) at 321×481 and 854×480,
    interleaved rounds, median and the ratio; and the largest difference between their outputs (8-bit levels)
@@ -38,6 +39,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import torch
+from common import yardstick
 
 from derain.infer import main as infer_main
 from derain.inference import WeightsNotFoundError, load_model, packaged_weights, restore
@@ -160,13 +162,17 @@ def main() -> None:
         photo = photos(1, (321, 481))[0]
         restore(model, photo)  # warm-up
         times: dict[int, list[float]] = {1: [], 2: [], 4: []}
+        units = []
         for _ in range(args.rounds):
+            units.append(yardstick(repeats=1))
             for n, record in times.items():
                 start = time.perf_counter()
                 restore(model, photo, tile=0, ensemble=n)
                 record.append(time.perf_counter() - start)
         ensemble_s = {n: float(np.median(t)) for n, t in times.items()}
         results["ensemble_seconds"] = ensemble_s
+        results["yardstick_s"] = float(np.median(units))
+        results["restore_321x481_yardsticks"] = ensemble_s[1] / results["yardstick_s"]
 
         # 5. torch eager against onnxruntime, interleaved
         backend_rows = []
@@ -213,6 +219,10 @@ def main() -> None:
         *(
             (f"restore 321×481, ensemble {n}", f"{sec:.3f} s ({sec / ensemble_s[1]:.2f}× ensemble 1)")
             for n, sec in ensemble_s.items()
+        ),
+        (
+            "restore 321×481 in yardsticks (10 convs 48→48 3×3, 321×481; budget 1.4)",
+            f"{results['restore_321x481_yardsticks']:.2f} (yardstick {results['yardstick_s']:.3f} s)",
         ),
         *backend_rows,
     ]
