@@ -205,12 +205,6 @@ class Synthesis:
         object.__setattr__(
             self, "procedural_styles", check_styles("procedural_styles", self.procedural_styles)
         )
-        device_less = [s for s in self.procedural_styles if not RAIN_STYLES[s].plain]
-        if self.render_on_device and device_less:
-            raise DataError(
-                f"render_on_device renders {', '.join(n for n in RAIN_STYLES if RAIN_STYLES[n].plain)} only; "
-                f"procedural_styles {device_less} render in the loader workers: set render_on_device false"
-            )
         if self.length < 0 or self.val_length < 0:
             raise DataError(f"length and val_length must be >= 0, got {self.length} and {self.val_length}")
 

@@ -5,7 +5,8 @@ the bottleneck. ``BatchRain`` draws the same rain for a batch ``(B, 3, H, W)`` w
 the batch already is: per sample a style, a fall angle, a veil and a tint; per layer and sample a density, a
 streak length, angle, width and brightness, drawn from the same ``RainStyle`` ranges as ``add_rain``; seeds
 smeared by the very streak of ``add_rain`` (``derain.synth.line_kernel``: its length, angle and ``width``,
-tapered), layers screen-blended, put on the veiled image by the same composite. ``DerainDataModule`` uses it
+tapered), the layers' own directions, falloff, blur and location maps as ``add_rain`` draws them, layers
+screen-blended, put on the veiled image by the same composite. ``DerainDataModule`` uses it
 when ``synthesis.render_on_device`` is set: the workers then only crop clean photos for the procedural samples.
 
 The streak kernels are drawn on the CPU (a few small arrays a layer) and applied on the device, one kernel a
@@ -19,7 +20,8 @@ import math
 
 import numpy as np
 import torch
-from kornia.filters import filter2d
+import torch.nn.functional as F
+from kornia.filters import filter2d, gaussian_blur2d
 from torch import Tensor, nn
 
 from .composite import COMPOSITE_BETA, composite
@@ -51,6 +53,29 @@ def _smear(seeds: Tensor, lengths: list[float], angles: list[float], widths: lis
     return filter2d(seeds, kernel, border_type="constant", behaviour="corr").clamp(0, 1)
 
 
+def _blur(layer: Tensor, sigma: Tensor) -> Tensor:
+    """Each sample's layer ``(B, 1, H, W)`` blurred with its own Gaussian σ (below 0.05: left sharp)."""
+    if float(sigma.max()) <= 0.05:
+        return layer
+    size = 2 * math.ceil(3 * float(sigma.max())) + 1
+    sigmas = sigma.clamp(min=1e-3)[:, None].expand(-1, 2)
+    blurred = gaussian_blur2d(layer, (size, size), sigmas, border_type="constant")
+    return torch.where((sigma > 0.05)[:, None, None, None], blurred, layer)
+
+
+def _location_map(
+    b: int, h: int, w: int, generator: torch.Generator | None, device, cell: int = 48
+) -> Tensor:
+    """``derain.synth.procedural.location_map`` for ``b`` samples: smooth noise cut at a random level."""
+    coarse = torch.rand(b, 1, -(-h // cell) + 1, -(-w // cell) + 1, generator=generator, device=device)
+    field = F.interpolate(coarse, size=(h, w), mode="bicubic", align_corners=False)
+    share = 0.4 + 0.5 * torch.rand(b, generator=generator, device=device)  # of the frame that gets rain
+    ordered = field.flatten(1).sort(dim=1).values
+    index = ((1 - share) * (h * w - 1)).round().long().clamp(0, h * w - 1)
+    level = ordered.gather(1, index[:, None])[:, :, None, None]
+    return ((field - level) / 0.08 + 0.5).clamp(0, 1)
+
+
 class BatchRain(nn.Module):
     """Render procedural rain onto a batch of clean images:
     ``clip(v + streaks · tint · (1 − β · v), 0, 1)`` with ``v = veil(clean)`` (``derain.synth.composite``).
@@ -77,12 +102,6 @@ class BatchRain(nn.Module):
         super().__init__()
         if not styles:
             raise ValueError("BatchRain needs at least one RainStyle")
-        fancy = [s for s in styles if not s.plain]
-        if fancy:
-            raise ValueError(
-                f"BatchRain renders styles without cross_prob, falloff, blur and location_prob; got {fancy[0]}: "
-                "render such styles in the loader workers (add_rain; synthesis.render_on_device false)"
-            )
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"BatchRain beta must be in [0, 1], got {beta}")
         self.beta = beta
@@ -90,6 +109,10 @@ class BatchRain(nn.Module):
         fields = ("density", "brightness", "angle", "haze", "layers", "length", "width")
         table = {f: torch.tensor([getattr(s, f) for s in styles], dtype=torch.float32) for f in fields}
         table["angle_jitter"] = torch.tensor([(-s.angle_jitter, s.angle_jitter) for s in styles])
+        table["cross_angle"] = torch.tensor([(-s.cross_angle, s.cross_angle) for s in styles])
+        table["falloff"] = torch.tensor([s.falloff for s in styles])
+        table["blur"] = torch.tensor([s.blur for s in styles])
+        table["chances"] = torch.tensor([(s.cross_prob, s.location_prob) for s in styles])
         for name, value in table.items():
             self.register_buffer(name, value, persistent=False)  # (styles, 2): low, high
         self.max_layers = max(s.layers[1] for s in styles)
@@ -110,11 +133,22 @@ class BatchRain(nn.Module):
         base_angle = draw("angle")
         n_layers = _integers(*ranges("layers"), generator)
         keep = torch.ones(b, 1, h, w, device=dev, dtype=dt)
+        cross_prob, location_prob = (self.chances.to(dev)[style][:, k] for k in (0, 1))
+        # the options the styles leave off draw nothing: the older styles' rain stays what it was for a seed
+        crossing, falling = bool((self.chances[:, 0] > 0).any()), bool((self.falloff != 1).any())
+        blurring, patchy = bool((self.blur > 0).any()), bool((self.chances[:, 1] > 0).any())
+        scale = torch.ones(b, device=dev, dtype=dt)
         for i in range(self.max_layers):
             active = (i < n_layers).to(dt)
             density, length = draw("density"), draw("length")
             angle = base_angle + draw("angle_jitter")
             width = _integers(*ranges("width"), generator)
+            if i and crossing:  # a layer of its own direction
+                own = torch.rand(b, generator=generator, device=dev) < cross_prob
+                angle = torch.where(own, base_angle + draw("cross_angle"), angle)
+            if i and falling:  # fainter and sparser behind the first
+                scale = scale * draw("falloff")
+            density = (density * scale).clamp(min=1e-6)
             pad = int(math.ceil(float(length.max()))) // 2 + self.max_width  # seeds outside still reach in
             hp, wp = h + 2 * pad, w + 2 * pad
             u = torch.rand(b, 1, hp, wp, generator=generator, device=dev, dtype=dt)
@@ -123,8 +157,14 @@ class BatchRain(nn.Module):
                 low + (high - low) * torch.rand(b, 1, hp, wp, generator=generator, device=dev)
             )
             smeared = _smear(seeds, length.tolist(), angle.tolist(), [int(x) for x in width.tolist()])
-            brightness = draw("brightness") * active
+            brightness = draw("brightness") * scale * active
             layer = smeared[..., pad : pad + h, pad : pad + w] * brightness[:, None, None, None]
+            if blurring:
+                layer = _blur(layer, draw("blur"))
+            if patchy:
+                patches = torch.rand(b, generator=generator, device=dev) < location_prob
+                where = _location_map(b, h, w, generator, dev)
+                layer = torch.where(patches[:, None, None, None], layer * where, layer)
             keep = keep * (1 - layer)
         streaks = 1 - keep
         t = draw("haze")[:, None, None, None]

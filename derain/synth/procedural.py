@@ -102,16 +102,6 @@ class RainStyle:
             if not low <= getattr(self, name) <= high:
                 raise ValueError(f"RainStyle.{name} must be in [{low}, {high}], got {getattr(self, name)}")
 
-    @property
-    def plain(self) -> bool:
-        """Whether the style uses none of the options after ``haze`` (what ``BatchRain`` renders)."""
-        return (
-            self.cross_prob == 0
-            and self.falloff == (1.0, 1.0)
-            and self.blur == (0.0, 0.0)
-            and not self.location_prob
-        )
-
 
 # Calibrated on 21 natural photos (builtin + Kodak + SUN): mean input PSNR-Y of "light" ≈ 28.5 dB (Rain200L:
 # 27.9), "medium" ≈ 21 dB (DDN/DID-MDN: 23-24), "heavy" ≈ 13.5 dB (Rain100H test: 13.5). The heavy residual
