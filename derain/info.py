@@ -22,11 +22,19 @@ __all__ = ["describe", "main"]
 PROG = "python -m derain.info"
 
 
-def _flat(scores: Any, prefix: str = "") -> list[str]:
-    """``key value`` lines of a nested dict of scores."""
-    if not isinstance(scores, dict):
-        return [f"{prefix} {scores}"]
-    return [line for k, v in scores.items() for line in _flat(v, f"{prefix}{'/' if prefix else ''}{k}")]
+def _lines(value: Any, indent: str = "") -> list[str]:
+    """Indented ``key: value`` lines of a nested dict; a line per item of a list."""
+    if isinstance(value, list):
+        return [f"{indent}{json.dumps(v) if isinstance(v, dict) else v}" for v in value]
+    if not isinstance(value, dict):
+        return [f"{indent}{value}"]
+    out = []
+    for key, v in value.items():
+        if isinstance(v, (dict, list)):
+            out += [f"{indent}{key}:", *_lines(v, indent + "  ")]
+        else:
+            out.append(f"{indent}{key}: {v}")
+    return out
 
 
 def describe(weights: str | None = None, *, full_config: bool = False) -> str:
@@ -41,40 +49,29 @@ def describe(weights: str | None = None, *, full_config: bool = False) -> str:
             f"{path}: derain info reads .safetensors weights files (export a checkpoint first)"
         )
     meta = read_safetensors(path)[0]
-    lines = [f"weights: {path}", f"format: {meta.get('format')}"]
-    record = meta.get("net") or meta.get("config")
-    if record:
-        lines.append(f"network: {record}")
-    lines.append(f"tensors sha256: {tensors_sha256(path)}")
-    lines += [f"{k}: {v}" for k, v in meta.items() if k not in ("format", "net", "config", PROVENANCE_KEY)]
+    lines = [f"weights: {path}", f"tensors sha256: {tensors_sha256(path)}"]
+    lines += [f"{k}: {v}" for k, v in meta.items() if k != PROVENANCE_KEY]
     prov = read_provenance(path)
     if prov is None:
-        lines.append("provenance: none recorded (this file was written without it)")
-        return "\n".join(lines)
-    config = prov.get("config") or {}
-    data = prov.get("data") or {}
+        return "\n".join([*lines, "provenance: none recorded (this file was written without it)"])
+    config, data = prov.get("config") or {}, prov.get("data") or {}
+    lineage = f" (lineage: {prov['lineage_steps']})" if "lineage_steps" in prov else ""
     lines += [
         f"commit: {prov.get('commit') or 'unknown (not trained in a git checkout)'}",
-        f"steps: {prov.get('steps')}"
-        + (f" (lineage: {prov['lineage_steps']})" if "lineage_steps" in prov else ""),
+        f"steps: {prov.get('steps')}{lineage}",
         f"data: sha256 {data.get('sha256')}, {data.get('files')} files, {data.get('bytes')} bytes in "
         f"{', '.join(data.get('folders', []))}",
-        "validation:",
-        *(f"  {line}" for line in _flat(prov.get("validation", {}))),
     ]
-    lines += [
-        f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}"
-        for k, v in prov.items()
-        if k not in ("config", "commit", "steps", "lineage_steps", "data", "validation")
-    ]
+    lines += _lines(
+        {k: v for k, v in prov.items() if k not in ("config", "commit", "steps", "lineage_steps", "data")}
+    )
     if full_config:
-        lines += ["config:", yaml.safe_dump(config, sort_keys=False).rstrip()]
-    else:
-        trainer, model = config.get("trainer", {}), config.get("model", {})
-        lines.append(
-            f"config: seed {config.get('seed_everything')}, max_steps {trainer.get('max_steps')}, lr "
-            f"{model.get('lr')}, init_weights {model.get('init_weights')} (--config prints it whole)"
-        )
+        return "\n".join([*lines, "config:", yaml.safe_dump(config, sort_keys=False).rstrip()])
+    trainer, model = config.get("trainer") or {}, config.get("model") or {}
+    lines.append(
+        f"config: seed {config.get('seed_everything')}, max_steps {trainer.get('max_steps')}, lr {model.get('lr')}, "
+        f"init_weights {model.get('init_weights')} (--config prints it whole)"
+    )
     return "\n".join(lines)
 
 

@@ -147,7 +147,7 @@ def provenance(
 
 def provenance_metadata(prov: Mapping[str, Any]) -> dict[str, str]:
     """The metadata entry that carries ``prov`` in a weights file (``export_checkpoint(..., extra=...)``)."""
-    return {PROVENANCE_KEY: json.dumps(prov, sort_keys=True, default=str)}
+    return {PROVENANCE_KEY: json.dumps(prov, default=str)}
 
 
 def read_provenance(weights: str | os.PathLike | None = None) -> dict[str, Any] | None:
