@@ -179,3 +179,8 @@ def test_every_config_parses(stack, capsys, monkeypatch) -> None:
     assert exit_info.value.code in (0, None)
     config = yaml.safe_load(capsys.readouterr().out)
     assert config["data"] is not None and config["model"]["net"]["class_path"].startswith("derain.models")
+
+
+def test_the_recipe_readme_lists_every_stage() -> None:
+    readme = (RECIPE.file.parent / "README.md").read_text()
+    assert all(f"`{stage.config.name}`" in readme for stage in RECIPE.stages)
