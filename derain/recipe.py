@@ -254,31 +254,46 @@ def _done(stage: Stage, accept_rebuilt: bool) -> bool:
 
 
 def run_recipe(recipe: Recipe, *, accept_rebuilt: bool = False, restore: bool = False) -> int:
-    """Train the stages whose output is missing, in order; returns fit's status (0 when every stage is done)."""
+    """Train the stages after the last one whose output is done, in order; returns fit's status (0: all done).
+
+    A stage before a done one is not needed (the weights it would give are not read) and is not trained.
+    """
     for stage in recipe.stages:
         out = Path(stage.output.path)
         if not out.is_file() and restore and stage.shipped_in and _restore(stage, recipe.shipped):
             print(f"{stage.name}: {out} restored from commit {stage.shipped_in}", flush=True)
-        if _done(stage, accept_rebuilt):
-            print(f"{stage.name}: {out} is done, skipped", flush=True)
-            continue
-        if stage.input is not None:
-            try:
-                check_weights(stage.input.path, stage.input.sha256, f"{stage.name}: input")
-            except RecipeError as err:
-                if not accept_rebuilt or not Path(stage.input.path).is_file():
-                    raise
-                print(f"{err}: accepted (--accept-rebuilt)", flush=True)
-        status = _train(recipe, stage)
+    done = [_done(stage, accept_rebuilt) for stage in recipe.stages]
+    start = max((i + 1 for i, d in enumerate(done) if d), default=0)
+    for stage, is_done in zip(recipe.stages[:start], done, strict=False):
+        why = "is done" if is_done else "is not needed: a later stage's output is done"
+        print(f"{stage.name}: {stage.output.path} {why}, skipped", flush=True)
+    for stage in recipe.stages[start:]:
+        status = _run_stage(recipe, stage, accept_rebuilt)
         if status != 0:
             return status
-        actual = check_weights(out, None, f"{stage.name}: output")
-        if stage.output.sha256 not in (None, actual) and not accept_rebuilt:
-            raise RecipeError(
-                f"{stage.name}: rebuilt {out} has tensors sha256 {actual}, the recipe records "
-                f"{stage.output.sha256} (training is not bitwise repeatable; --accept-rebuilt goes on from it)"
-            )
-        print(f"{stage.name}: wrote {out}, sha256 {actual}", flush=True)
+    return 0
+
+
+def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
+    """Check the stage's input, train it, check its output; returns fit's status."""
+    if stage.input is not None:
+        try:
+            check_weights(stage.input.path, stage.input.sha256, f"{stage.name}: input")
+        except RecipeError as err:
+            if not accept_rebuilt or not Path(stage.input.path).is_file():
+                raise
+            print(f"{err}: accepted (--accept-rebuilt)", flush=True)
+    status = _train(recipe, stage)
+    if status != 0:
+        return status
+    out = Path(stage.output.path)
+    actual = check_weights(out, None, f"{stage.name}: output")
+    if stage.output.sha256 not in (None, actual) and not accept_rebuilt:
+        raise RecipeError(
+            f"{stage.name}: rebuilt {out} has tensors sha256 {actual}, the recipe records "
+            f"{stage.output.sha256} (training is not bitwise repeatable; --accept-rebuilt goes on from it)"
+        )
+    print(f"{stage.name}: wrote {out}, sha256 {actual}", flush=True)
     return 0
 
 

@@ -106,6 +106,18 @@ def test_a_stage_done_is_skipped_and_the_next_one_trains(tmp_path, monkeypatch, 
     assert trained == ["b"] and "a: " in capsys.readouterr().out
 
 
+def test_stages_before_a_done_one_are_not_trained(tmp_path, monkeypatch, capsys) -> None:
+    file, _ = tiny_recipe(tmp_path, None)
+    manifest = yaml.safe_load(file.read_text())
+    out_b = save_net(tiny_net(seed=3), tmp_path / "runs" / "b" / "model.safetensors")
+    manifest["stages"][1]["output"]["sha256"] = tensors_sha256(out_b)
+    file.write_text(yaml.safe_dump(manifest))
+    (tmp_path / "runs" / "a" / "model.safetensors").unlink()
+    monkeypatch.setattr(recipe_module, "_train", lambda *a: pytest.fail("trained a stage no one needs"))
+    assert run_recipe(load_recipe(str(file))) == 0
+    assert "is not needed: a later stage's output is done" in capsys.readouterr().out
+
+
 def test_an_input_with_another_hash_is_one_line_naming_both(tmp_path, monkeypatch, capsys) -> None:
     file, sha = tiny_recipe(tmp_path, "0" * 64)
     monkeypatch.setattr(recipe_module, "_train", lambda *a: pytest.fail("trained from the wrong weights"))
