@@ -26,7 +26,7 @@ from derain.data.module import DerainDataModule
 from derain.pairing import DataError
 from derain.resources import shipped_folder
 from derain.train import DerainLitModule, LastCheckpoint, NonFiniteLossError, last_checkpoint
-from derain.weights import WeightsError, export_checkpoint
+from derain.weights import WeightsError, WeightsNotFoundError, export_checkpoint
 from derain.weights.provenance import provenance, provenance_metadata
 
 __all__ = [
@@ -242,6 +242,24 @@ def format_test_table(
     return "\n".join(lines)
 
 
+def export_source(chosen: str, best: str, last: Path) -> str:
+    """The checkpoint ``--export_from`` names: ``best`` (the best one, ``""`` when there is none), ``last``, or a
+    file name in the checkpoints folder (``best-885.ckpt``).
+
+    Raises:
+        WeightsNotFoundError: the named checkpoint does not exist; the message lists those that do.
+    """
+    if chosen == "best":
+        return best
+    path = last if chosen == "last" else last.parent / chosen
+    if not path.is_file():
+        there = ", ".join(sorted(p.name for p in last.parent.glob("*.ckpt"))) or "none"
+        raise WeightsNotFoundError(
+            f"--export_from {chosen}: no checkpoint {path} (there: {there}); re-run with --export_from NAME"
+        )
+    return str(path)
+
+
 def export_provenance(cli: LightningCLI, checkpoint: str | Path) -> dict[str, str]:
     """The provenance metadata of the weights exported from ``checkpoint`` at the end of the run: the resolved
     config, the commit, the data manifest, the checkpoint's step and the validation scores (the last validation's,
@@ -296,10 +314,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
             pairs = len(getattr(cli.datamodule, "test_pairs", ())) or None
             print(format_test_table(results[0], pairs=pairs, checkpoint=best or None), flush=True)
     if cli.config.get("export", True) and trainer.is_global_zero:
-        chosen = cli.config.get("export_from", "best")
-        source = {"best": best, "last": str(last) if last.is_file() else ""}.get(
-            chosen, Path(callback.dirpath) / chosen
-        )
+        source = export_source(cli.config.get("export_from", "best"), best, last)
         if source:
             out = export_checkpoint(
                 source, run_dir / "model.safetensors", extra=export_provenance(cli, source)

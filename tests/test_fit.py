@@ -17,11 +17,12 @@ from safetensors import safe_open
 from training_helpers import QUIET, make_folder
 
 from derain.cli import main as derain_main
-from derain.fit import ConfigNotFoundError, Start, how_to_start, resolve_config_args
+from derain.fit import ConfigNotFoundError, Start, export_source, how_to_start, resolve_config_args
 from derain.fit import main as fit_main
 from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.weights import WeightsError
 from derain.weights.provenance import read_provenance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -315,6 +316,21 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     assert ckpt["global_step"] == 2
     assert ckpt["derain_net"]["class_path"] == "derain.models.net.DerainNet"
     assert (run / "model.safetensors").is_file()
+
+
+def test_export_from_names_the_checkpoint_the_run_exports(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name in ("best-707.ckpt", "last.ckpt"):
+        (folder / name).write_bytes(b"x")
+    last = folder / "last.ckpt"
+    assert export_source("best", "b.ckpt", last) == "b.ckpt"
+    assert export_source("last", "b.ckpt", last) == str(last)
+    assert export_source("best-707.ckpt", "", last) == str(folder / "best-707.ckpt")
+    with pytest.raises(
+        WeightsError, match=r"--export_from best-708.ckpt: .*\(there: best-707.ckpt, last.ckpt\)"
+    ):
+        export_source("best-708.ckpt", "", last)
 
 
 def test_no_config_needs_the_development_data_folder():
