@@ -4,7 +4,8 @@ A recipe is a ``recipe.yaml`` beside its stage configs (``configs/derain-small/`
 for ``derain fit``, its input weights (the config's ``model.init_weights``) and its output weights, both named by
 path and by the sha256 of their tensors (:func:`derain.weights.tensors_sha256`). Running it trains each stage in
 turn, skipping a stage whose output exists with the expected hash; an input whose hash is not the one the recipe
-names stops it with one line naming both. ``--plan`` prints every stage's config, input and expected output and
+names stops it with one line naming both; the stages before the last one done are not needed and not trained.
+``--plan`` prints every stage's config, input and expected output and
 where each stands. A stage that trains again gets its own hash (CPU training is not bitwise repeatable): the
 recipe stops there and says so, and ``--accept-rebuilt`` goes on from the rebuilt weights. ``--restore`` takes a
 missing output from the git commit that shipped it, when the recipe names one.
@@ -58,6 +59,8 @@ class Pinned:
 
 @dataclass(frozen=True)
 class Stage:
+    """One stage: a config for ``derain fit``, the weights it starts from and the weights it writes."""
+
     name: str
     config: Path
     input: Pinned | None
@@ -74,6 +77,9 @@ class Stage:
 
 @dataclass(frozen=True)
 class Recipe:
+    """A recipe as its ``recipe.yaml`` says: the stages in order, the steps that prepare their data, and the
+    shipped file the last stage's output is."""
+
     name: str
     file: Path
     shipped: str
@@ -122,7 +128,7 @@ def load_recipe(name: str) -> Recipe:
                 output=_pinned(output, f"{where}.output"),  # type: ignore[arg-type]
                 checkpoint=str(output.get("checkpoint", "best")),
                 step=output.get("step"),
-                shipped_in=output.get("shipped_in"),
+                shipped_in=None if output.get("shipped_in") is None else str(output["shipped_in"]),
                 needs=tuple(entry.get("needs", ())),
             )
         except (KeyError, TypeError, AttributeError) as err:
@@ -171,7 +177,10 @@ def _status(pinned: Pinned) -> str:
     path = Path(pinned.path)
     if not path.is_file():
         return "missing"
-    actual = tensors_sha256(path)
+    try:
+        actual = tensors_sha256(path)
+    except WeightsError:
+        return "unreadable"
     if pinned.sha256 is None:
         return f"exists, sha256 {actual} (none recorded)"
     return "done" if actual == pinned.sha256 else f"differs: sha256 {actual}"
@@ -209,9 +218,8 @@ def plan(recipe: Recipe) -> str:
 
 def _restore(stage: Stage, shipped: str) -> bool:
     """Write a missing output from the commit that shipped it (``git show``); False when git cannot."""
-    repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
-        ["git", "-C", str(repo), "show", f"{stage.shipped_in}:{shipped}"], capture_output=True
+        ["git", "-C", str(SOURCE), "show", f"{stage.shipped_in}:{shipped}"], capture_output=True
     )
     if proc.returncode != 0:
         return False
@@ -226,6 +234,11 @@ def _train(recipe: Recipe, stage: Stage) -> int:
     for key in stage.needs:
         prep = recipe.prepare[key]
         if not Path(prep["path"]).exists():
+            script = Path(prep["command"][0])
+            if not script.is_file():
+                raise RecipeError(
+                    f"{stage.name}: {key} is built by {script}, not found here: run from the repository root"
+                )
             print(f"{stage.name}: preparing {prep['path']}: python {' '.join(prep['command'])}", flush=True)
             if subprocess.run([sys.executable, *prep["command"]]).returncode != 0:
                 raise RecipeError(
