@@ -1,4 +1,4 @@
-"""The ``derain`` command: ``derain infer|fit|evaluate|app|export ...``, one front door to the five commands.
+"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe ...``, one front door to the commands.
 
 Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``),
 imported only when asked for: ``derain infer`` never imports Lightning or gradio.
@@ -20,6 +20,8 @@ COMMANDS = {
     "evaluate": "score derained images against clean ones (PSNR/SSIM, MATLAB Y and RGB)",
     "app": "derain photos and short videos in the browser",
     "export": "export a checkpoint to a weights file, or weights to an ONNX model",
+    "info": "how a weights file was made: its provenance (the packaged weights by default)",
+    "recipe": "rebuild shipped weights from their recipe (derain recipe derain-small [--plan])",
 }
 """The subcommands, each the module ``derain.<name>`` with a ``main(argv, prog=...)``, and what it does."""
 

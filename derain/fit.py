@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -25,7 +26,8 @@ from derain.data.module import DerainDataModule
 from derain.pairing import DataError
 from derain.resources import shipped_folder
 from derain.train import DerainLitModule, LastCheckpoint, NonFiniteLossError, last_checkpoint
-from derain.weights import WeightsError, export_checkpoint
+from derain.weights import WeightsError, WeightsNotFoundError, export_checkpoint
+from derain.weights.provenance import provenance, provenance_metadata
 
 __all__ = [
     "ConfigNotFoundError",
@@ -167,6 +169,12 @@ class DerainCLI(LightningCLI):
             help="export the best checkpoint to <run>/model.safetensors at the end",
         )
         parser.add_argument(
+            "--export_from",
+            default="best",
+            help="the checkpoint --export writes: 'best' (by val/psnr_y), 'last', or a file name in the "
+            "checkpoints folder (best-885.ckpt)",
+        )
+        parser.add_argument(
             "--test",
             default=True,
             type=bool,
@@ -234,6 +242,40 @@ def format_test_table(
     return "\n".join(lines)
 
 
+def export_source(chosen: str, best: str, last: Path) -> str:
+    """The checkpoint ``--export_from`` names: ``best`` (the best one, ``""`` when there is none), ``last``, or a
+    file name in the checkpoints folder (``best-885.ckpt``).
+
+    Raises:
+        WeightsNotFoundError: the named checkpoint does not exist; the message lists those that do.
+    """
+    if chosen == "best":
+        return best
+    path = last if chosen == "last" else last.parent / chosen
+    if not path.is_file():
+        there = ", ".join(sorted(p.name for p in last.parent.glob("*.ckpt"))) or "none"
+        raise WeightsNotFoundError(
+            f"--export_from {chosen}: no checkpoint {path} (there: {there}); re-run with --export_from NAME"
+        )
+    return str(path)
+
+
+def export_provenance(cli: LightningCLI, checkpoint: str | Path) -> dict[str, str]:
+    """The provenance metadata of the weights exported from ``checkpoint`` at the end of the run: the resolved
+    config, the commit, the data manifest, the checkpoint's step and the validation scores (the last validation's,
+    and the monitored best)."""
+    config = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))
+    step = torch.load(checkpoint, map_location="cpu", weights_only=True).get("global_step", 0)
+    metrics = cli.trainer.callback_metrics
+    validation: dict = {"last": {k: round(float(v), 4) for k, v in metrics.items() if k.startswith("val")}}
+    callback = cli.trainer.checkpoint_callback
+    if callback is not None and callback.best_model_score is not None:
+        best = {callback.monitor: round(float(callback.best_model_score), 4)}
+        validation["best"] = {**best, "checkpoint": Path(callback.best_model_path).name}
+    prov = provenance(config=config, steps=step, validation=validation, checkpoint=Path(checkpoint).name)
+    return provenance_metadata(prov)
+
+
 def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     torch.set_float32_matmul_precision("high")
     args = resolve_config_args(sys.argv[1:] if args is None else list(args))
@@ -272,9 +314,12 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
             pairs = len(getattr(cli.datamodule, "test_pairs", ())) or None
             print(format_test_table(results[0], pairs=pairs, checkpoint=best or None), flush=True)
     if cli.config.get("export", True) and trainer.is_global_zero:
-        if best:
-            out = export_checkpoint(best, run_dir / "model.safetensors")
-            print(f"Exported {best} -> {out}")
+        source = export_source(cli.config.get("export_from", "best"), best, last)
+        if source:
+            out = export_checkpoint(
+                source, run_dir / "model.safetensors", extra=export_provenance(cli, source)
+            )
+            print(f"Exported {source} -> {out}")
         print(
             f"Run folder: {run_dir.resolve()} (checkpoints/, model.safetensors, samples under "
             f"{Path(log_dir or run_dir) / 'samples'})"

@@ -1,4 +1,4 @@
-"""The ``derain`` command: one front door to the five commands, each with the options it has as
+"""The ``derain`` command: one front door to the commands, each with the options it has as
 ``python -m derain.NAME``, and the same exit statuses."""
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ OPTIONS = {
     "app": "--host --port --weights --tile --overlap --ensemble --backend --device --random-weights "
     "--max-megapixels --max-video-seconds --concurrency --max-queue",
     "export": "--opset",
-    "fit": "--config --print_config --resume --export --test --trainer.max_steps --model.net --data.pairs.root",
+    "fit": "--config --print_config --resume --export --export_from --test --trainer.max_steps --model.net "
+    "--data.pairs.root",
+    "info": "--config",
+    "recipe": "--plan --accept-rebuilt --restore",
 }
 """What each command's ``--help`` lists (``app`` gained ``--overlap``, which the other two had)."""
 
@@ -30,7 +33,7 @@ def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_the_command_lists_its_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     text = help_of(["--help"], capsys)
-    assert set(COMMANDS) == {"infer", "fit", "evaluate", "app", "export"}
+    assert set(COMMANDS) == {"infer", "fit", "evaluate", "app", "export", "info", "recipe"}
     assert all(f"    {name}" in text for name in COMMANDS)
     assert help_of(["--version"], capsys).startswith("derain 0.")
     with pytest.raises(SystemExit) as exit_info:

@@ -1,5 +1,5 @@
 """``derain fit`` (``python -m derain.fit``) as a user runs it: config names from any folder, how a run starts, a run
-that trains, tests and exports, the recipes, DDP, and errors as one line with an exit status."""
+that trains, tests and exports (with its provenance), DDP, and errors as one line with an exit status."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from safetensors import safe_open
 from training_helpers import QUIET, make_folder
 
 from derain.cli import main as derain_main
-from derain.fit import ConfigNotFoundError, Start, how_to_start, resolve_config_args
+from derain.fit import ConfigNotFoundError, Start, export_source, how_to_start, resolve_config_args
 from derain.fit import main as fit_main
 from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.weights import WeightsError
+from derain.weights.provenance import read_provenance
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,8 +157,8 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     assert saved["global_step"] == 8 and {"optimizer_states", "lr_schedulers"} <= saved.keys()  # resumable
     capsys.readouterr()
 
-    # the same command with more steps resumes from last.ckpt and says so
-    assert fit_main([*common, "--trainer.max_steps=40"]) == 0
+    # the same command with more steps resumes from last.ckpt and says so; it exports the last weights
+    assert fit_main([*common, "--trainer.max_steps=40", "--export_from=last"]) == 0
     out = capsys.readouterr().out
     assert f"Resuming from {last} (step 8)" in out
     assert torch.load(last, weights_only=True)["global_step"] == 40
@@ -166,7 +168,18 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     with safe_open(weights, "pt") as f:
         meta = f.metadata()
         state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    assert meta["format"] == "derain-net-v2"
+    assert meta["format"] == "derain-net-v2" and meta["source"] == "last.ckpt"
+    prov = read_provenance(weights)  # how they were made
+    assert (
+        prov["steps"] == 40
+        and prov["config"]["trainer"]["max_steps"] == 40
+        and prov["checkpoint"] == "last.ckpt"
+    )
+    files = sum(p.is_file() for p in [*data.rglob("*"), *val.rglob("*")])
+    assert prov["data"]["folders"] == [str(data), str(val)] and prov["data"]["files"] == files
+    assert "val/psnr_y" in prov["validation"]["last"] and prov["validation"]["best"]["checkpoint"].startswith(
+        "best-"
+    )
     record = json.loads(meta["net"])
     assert record["class_path"] == "derain.models.net.DerainNet"
     net = DerainNet(**record["init_args"])
@@ -305,168 +318,28 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     assert (run / "model.safetensors").is_file()
 
 
-# The shipped weights' stages, each layered over the ones before it.
-SHIPPED = [
-    "derain-small/stage1.yaml",
-    "derain-small/stage2-augment.yaml",
-    "derain-small/stage3-large-patch.yaml",
-    "derain-small/stage4-rain-free.yaml",
-    "derain-small/stage5-continue.yaml",
-    "derain-small/stage6-continue.yaml",
-    "derain-small/stage7-garg-long.yaml",
-]
-
-
-STAGE8_LONG = [
-    "derain-small/stage8-arm-focused.yaml",
-    "derain-small/stage8-arm-focused-light.yaml",
-    "derain-small/stage8-long.yaml",
-]
-
-
-STAGE9 = [*SHIPPED, "derain-small/stage9-base.yaml"]
-STAGE9_RUNS = [
-    [*STAGE9, "derain-small/stage9-arm-probe.yaml"],
-    [*STAGE9, "derain-small/stage9-arm-focused.yaml"],
-    [*STAGE9, "derain-small/stage9-arm-focused.yaml", "derain-small/stage9-arm-focused-lr.yaml"],
-    [*STAGE9, "derain-small/stage9-arm-focused.yaml", "derain-small/stage9-long.yaml"],
-]
-
-
-RECIPES = [
-    *(SHIPPED[:n] for n in range(1, len(SHIPPED) + 1)),
-    *STAGE9_RUNS,
-    [*SHIPPED[:4], "derain-small/gpu.yaml"],
-    [*SHIPPED, "derain-small/stage8-arm-mix.yaml"],
-    [*SHIPPED, "derain-small/stage8-arm-focused.yaml"],
-    [*SHIPPED, "derain-small/stage8-arm-focused.yaml", "derain-small/stage8-arm-focused-light.yaml"],
-    [*SHIPPED, *STAGE8_LONG],
-    ["rain100h.yaml"],
-    ["synthetic.yaml"],
-]
-
-
-def test_the_recipes_cover_every_config():
-    configs = REPO / "configs"
-    assert {name for stages in RECIPES for name in stages} == {
-        p.relative_to(configs).as_posix() for p in configs.rglob("*.yaml")
-    }
-    # one line per stage in the recipe's README
-    readme = (configs / "derain-small" / "README.md").read_text()
-    assert all(f"`{Path(name).name}`" in readme for name in [*SHIPPED, "derain-small/gpu.yaml"])
+def test_export_from_names_the_checkpoint_the_run_exports(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name in ("best-707.ckpt", "last.ckpt"):
+        (folder / name).write_bytes(b"x")
+    last = folder / "last.ckpt"
+    assert export_source("best", "b.ckpt", last) == "b.ckpt"
+    assert export_source("last", "b.ckpt", last) == str(last)
+    assert export_source("best-707.ckpt", "", last) == str(folder / "best-707.ckpt")
+    with pytest.raises(
+        WeightsError, match=r"--export_from best-708.ckpt: .*\(there: best-707.ckpt, last.ckpt\)"
+    ):
+        export_source("best-708.ckpt", "", last)
 
 
 def test_no_config_needs_the_development_data_folder():
-    for path in (REPO / "configs").rglob("*.yaml"):
+    for path in [*(REPO / "configs").rglob("*.yaml"), *(REPO / "experiments").rglob("*.yaml")]:
         body = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
         assert "shared" not in body, f"{path} names ../shared: use $DERAIN_DATA"
 
 
-def recipe_id(stages: list[str]) -> str:
-    return "+".join(Path(s).stem for s in stages)
-
-
-@pytest.mark.parametrize("stages", STAGE9_RUNS, ids=recipe_id)
-def test_stage9_runs_start_from_the_shipped_weights_and_share_one_validation(
-    stages, capsys, monkeypatch, tmp_path
-):
+def test_the_rain100h_config_trains_leak_safe(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        fit_main([*(a for name in stages for a in ("--config", name)), "--print_config"])
-    assert exit_info.value.code in (0, None)
-    config = yaml.safe_load(capsys.readouterr().out)
-    data, model = config["data"], config["model"]
-    assert model["init_weights"] == "packaged"
-    # the 200 held-out heavy pairs (benchmarks/heavy_val.py), the 7 heavy, RainTrainL's 40, Rain200L's 3
-    assert data["pairs"]["val_dirs"] == [
-        "runs/heavy-val",
-        "$DERAIN_DATA/rain200h-test-samples",
-        "$DERAIN_DATA/rain200l-samples",
-    ]
-    assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
-    assert (data["pairs"]["val_fraction"], data["seed"]) == (0.2, 0)
-    # stage 7's sources back beside RainTrainL
-    assert data["pairs"]["train_dirs"][:4] == [
-        f"$DERAIN_DATA/{name}"
-        for name in ("rain100h-train-mini", "didmdn-train-samples", "sirr-test-subset", "ddn-samples")
-    ]
-    assert "$DERAIN_DATA/raintrainl" in data["pairs"]["train_dirs"]
-    synthesis = data["synthesis"]
-    assert (
-        synthesis["layer_dirs"] == ["$DERAIN_DATA/rain-streaks-garg06/layers"]
-        and synthesis["layer_share"] == 0.3
-    )
-    assert synthesis["transplant_prob"] == 0.8 and "$DERAIN_DATA/clean" in synthesis["clean_dirs"]
-    assert (data["patch_size"], data["batch_size"]) == (256, 2)
-    last = Path(stages[-1]).stem
-    if last.startswith("stage9-arm"):  # the arms compare at equal CPU work
-        assert (config["trainer"]["max_steps"], config["seed_everything"]) == (500, 41)
-        assert model["lr"] == (2e-4 if last.endswith("-lr") else 1e-4)
-    if "focused" in last or last == "stage9-long":
-        assert synthesis["transplant_shares"] == [0.85, 0.15] and synthesis["length"] == 1024
-    if last == "stage9-long":  # the arm the rule picked, long, on one cosine from the shipped weights
-        assert (config["trainer"]["max_steps"], config["seed_everything"], model["lr"]) == (3000, 43, 1e-4)
-        assert (
-            model["schedule_steps"] is None
-            and config["trainer"]["default_root_dir"] == "runs/derain-small/stage9-long"
-        )
-
-
-@pytest.mark.parametrize("stages", RECIPES, ids=recipe_id)
-def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)  # bare names resolve to the bundled configs from any folder
-    args = [a for name in stages for a in ("--config", name)]
-    with pytest.raises(SystemExit) as exit_info:
-        fit_main([*args, "--print_config"])
-    assert exit_info.value.code in (0, None)
-    config = yaml.safe_load(capsys.readouterr().out)
-    data, model, last = config["data"], config["model"], Path(stages[-1]).stem
-    if "stage1" in last:
-        assert data["pairs"]["train_dirs"][0] == "$DERAIN_DATA/rain100h-train-mini"
-    if any("stage2-augment" in s for s in stages):
-        augment = data["synthesis"]["layer_augment"]
-        assert augment["angle"] == 12.0 and augment["mix"] == 0.15
-    if last == "stage2-augment":
-        assert model["schedule_steps"] == 4200
-    if last in ("stage3-large-patch", "stage4-rain-free", "stage5-continue"):
-        assert (data["patch_size"], data["batch_size"]) == (256, 2)
-    if last == "stage3-large-patch":  # as run: its own cosine, from the augment stage
-        assert model["schedule_steps"] is None
-        assert model["init_weights"] == "runs/derain-small/stage2/model.safetensors"
-    if any("stage4-rain-free" in s for s in stages):
-        rain_free = 0.1 if any("stage8-arm-focused" in s for s in stages) else 0.15
-        assert data["synthesis"]["rain_free_prob"] == rain_free and model["schedule_steps"] is None
-        assert config["checkpoint"]["save_top_k"] == 3
-    if last == "stage4-rain-free":
-        assert model["init_weights"] == "runs/derain-small/stage3/model.safetensors"
-    if last == "stage5-continue":
-        assert model["init_weights"] == "runs/derain-small/stage4/model.safetensors" and model["lr"] == 1e-4
-        assert (config["seed_everything"], config["trainer"]["max_steps"]) == (7, 2200)
-    if last == "stage7-garg-long":  # Rain200H validates beside the Rain100H hold-out, and donates no rain
-        assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
-        assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini"]
-        assert "$DERAIN_DATA/rain200h-test-samples" not in data["pairs"]["train_dirs"]
-        assert data["synthesis"]["transplant_from"] == ["$DERAIN_DATA/rain100h-train-mini"]
-        assert data["synthesis"]["layer_share"] == 0.3
-        assert model["init_weights"] == "runs/derain-small/stage6/model.safetensors"
-    # the same validation in every stage-8 run: 7 heavy pairs and 40 RainTrainL ones
-    if last.startswith("stage8"):
-        assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
-        assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
-        assert (data["pairs"]["val_fraction"], data["seed"]) == (0.2, 0)
-        assert model["init_weights"] == "runs/derain-small/stage7/model.safetensors"
-        assert (data["patch_size"], data["batch_size"]) == (256, 2)
-    if last.startswith("stage8-arm"):  # the arms compare at equal CPU work
-        assert config["trainer"]["max_steps"] == 1400
-    if last == "stage8-arm-focused-light":
-        assert "$DERAIN_DATA/raintrainl" in data["pairs"]["train_dirs"]
-        assert data["synthesis"]["transplant_shares"] == [0.75, 0.25]
-    if last == "stage8-long":  # the focused + light arm, long, on one cosine from stage 7, same validation
-        assert data["synthesis"]["transplant_shares"] == [0.75, 0.25] and model["lr"] == 3e-4
-        assert model["schedule_steps"] is None and config["trainer"]["max_steps"] == 9000
-        assert config["trainer"]["default_root_dir"] == "runs/derain-small/stage8-long"
-    if last == "gpu":  # prepared for a lent GPU: shipped weights, no runs/ needed
-        assert model["init_weights"] == "packaged" and data["synthesis"]["rain_free_prob"] == 0.15
-        assert (config["trainer"]["accelerator"], data["batch_size"]) == ("gpu", 16)
-    if last == "rain100h":
-        assert data["pairs"]["root"] == "datasets/Rain100H" and data["pairs"]["drop_test_overlap"] is True
+    data = printed_config(["--config", "rain100h.yaml"], capsys)["data"]
+    assert data["pairs"]["root"] == "datasets/Rain100H" and data["pairs"]["drop_test_overlap"] is True

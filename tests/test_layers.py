@@ -40,6 +40,8 @@ LAYERS = {
     "derain.page": 5,  # the web page's settings and requests (no gradio)
     "derain.export": 5,
     "derain.fit": 5,
+    "derain.info": 5,  # how a weights file was made (its provenance)
+    "derain.recipe": 5,  # runs a recipe's stages through derain.fit
     "derain.cli": 5,
     "derain.__main__": 5,
     "derain.monitor": 6,  # an old import path kept for configs (a re-export): nothing in derain imports it

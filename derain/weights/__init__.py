@@ -16,9 +16,11 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -41,8 +43,11 @@ __all__ = [
     "load_net",
     "packaged_weights",
     "read_checkpoint_net",
+    "read_safetensors",
     "resolve",
     "save_net",
+    "save_tensors",
+    "tensors_sha256",
 ]
 
 FORMAT = "derain-net-v2"
@@ -116,23 +121,87 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
     return state, record
 
 
-def export_checkpoint(ckpt_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
-    """Convert a Lightning checkpoint of `DerainLitModule` into a safetensors weights file."""
+def export_checkpoint(
+    ckpt_path: str | os.PathLike, out_path: str | os.PathLike, *, extra: dict[str, str] | None = None
+) -> Path:
+    """Convert a Lightning checkpoint of `DerainLitModule` into a safetensors weights file.
+
+    Args:
+        ckpt_path: the checkpoint.
+        out_path: the weights file to write (atomically).
+        extra: more metadata entries (``derain.weights.provenance.provenance_metadata``: how the weights were made).
+    """
     state, record = read_checkpoint_net(ckpt_path)
-    return _write(state, record, out_path, {"source": Path(ckpt_path).name})
+    return _write(state, record, out_path, {"source": Path(ckpt_path).name, **(extra or {})})
 
 
 def _write(
     tensors: dict[str, torch.Tensor], record: dict, path: str | os.PathLike, extra: dict | None
 ) -> Path:
+    return save_tensors(tensors, path, {"format": FORMAT, "net": json.dumps(record), **(extra or {})})
+
+
+def save_tensors(
+    tensors: Mapping[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str]
+) -> Path:
+    """Write ``tensors`` with ``metadata`` as they are to a safetensors file, atomically (a file that already holds
+    a record and only gains metadata: ``derain.weights.provenance.write_provenance``)."""
     path = Path(path)
-    metadata = {"format": FORMAT, "net": json.dumps(record), **(extra or {})}
     with atomic_output(path) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
     return path
 
 
 # ------------------------------------------------------------------------------------------------ reading
+
+
+def tensors_sha256(weights: str | os.PathLike | Mapping[str, torch.Tensor]) -> str:
+    """The sha256 of a network's tensors: what names a weights file in the recipe and in ``derain info``.
+
+    It hashes each tensor's name, dtype, shape and bytes, in name order, and nothing of the file's metadata: a file
+    re-exported with other metadata (provenance, ``source``) keeps it, and so does the same network read from a
+    Lightning checkpoint (its ``ema.``/``net.`` prefix removed, :func:`read_checkpoint_net`).
+
+    Args:
+        weights: a ``.safetensors`` or ``.ckpt`` file, or a state dict.
+
+    Raises:
+        WeightsError: the file is missing or not a readable weights file (the message names it).
+    """
+    if isinstance(weights, Mapping):
+        state = weights
+    else:
+        path = resolve(weights)
+        if path.suffix == ".ckpt":
+            try:
+                state = read_checkpoint_net(path)[0]
+            except ValueError as err:
+                raise WeightsError(str(err).splitlines()[0]) from None
+        else:
+            state = read_safetensors(path)[1]
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}\0{str(tensor.dtype).removeprefix('torch.')}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """A safetensors file's metadata and tensors (on the CPU), as they are.
+
+    Raises:
+        WeightsError: the file is not a readable safetensors file (the message names it).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            state = {key: f.get_tensor(key) for key in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise WeightsError(f"{path}: not a readable safetensors file ({err})") from None
+    return meta, state
 
 
 def packaged_weights() -> Path:
@@ -213,14 +282,7 @@ def _build(record: object, state: dict[str, torch.Tensor], path: Path) -> nn.Mod
 
 
 def _load_safetensors(path: Path) -> nn.Module:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            meta = f.metadata() or {}
-            state = {key: f.get_tensor(key) for key in f.keys()}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise WeightsError(f"{path}: not a readable safetensors file ({err})") from None
+    meta, state = read_safetensors(path)
     fmt = meta.get("format")
     key = {FORMAT: "net", "derain-net-v1": "config"}.get(str(fmt))
     if key is None:

@@ -1,0 +1,95 @@
+"""How a weights file was made: ``derain info [WEIGHTS]`` (the packaged weights by default).
+
+Prints the file, its network record, the sha256 of its tensors (what the recipe pins) and its provenance: the
+commit, the training data's manifest hash, the steps, the validation scores and the resolved config (``--config``
+prints that in full). A file written without provenance says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from derain.weights import WeightsError, read_safetensors, resolve, tensors_sha256
+from derain.weights.provenance import PROVENANCE_KEY, read_provenance
+
+__all__ = ["describe", "main"]
+
+PROG = "python -m derain.info"
+
+
+def _lines(value: Any, indent: str = "") -> list[str]:
+    """Indented ``key: value`` lines of a nested dict; a line per item of a list."""
+    if isinstance(value, list):
+        return [f"{indent}{json.dumps(v) if isinstance(v, dict) else v}" for v in value]
+    if not isinstance(value, dict):
+        return [f"{indent}{value}"]
+    out = []
+    for key, v in value.items():
+        if isinstance(v, (dict, list)):
+            out += [f"{indent}{key}:", *_lines(v, indent + "  ")]
+        else:
+            out.append(f"{indent}{key}: {v}")
+    return out
+
+
+def describe(weights: str | None = None, *, full_config: bool = False) -> str:
+    """What ``derain info`` prints about ``weights`` (the packaged weights for None).
+
+    Raises:
+        WeightsError: the file is missing or not a readable ``.safetensors`` weights file.
+    """
+    path = resolve(weights)
+    if path.suffix != ".safetensors":
+        raise WeightsError(
+            f"{path}: derain info reads .safetensors weights files (export a checkpoint first)"
+        )
+    meta = read_safetensors(path)[0]
+    lines = [f"weights: {path}", f"tensors sha256: {tensors_sha256(path)}"]
+    lines += [f"{k}: {v}" for k, v in meta.items() if k != PROVENANCE_KEY]
+    prov = read_provenance(path)
+    if prov is None:
+        return "\n".join([*lines, "provenance: none recorded (this file was written without it)"])
+    config, data = prov.get("config") or {}, prov.get("data") or {}
+    lineage = f" (lineage: {prov['lineage_steps']})" if "lineage_steps" in prov else ""
+    lines += [
+        f"commit: {prov.get('commit') or 'unknown (not trained in a git checkout)'}",
+        f"steps: {prov.get('steps')}{lineage}",
+        f"data: sha256 {data.get('sha256')}, {data.get('files')} files, {data.get('bytes')} bytes in "
+        f"{', '.join(data.get('folders', []))}",
+    ]
+    lines += _lines(
+        {k: v for k, v in prov.items() if k not in ("config", "commit", "steps", "lineage_steps", "data")}
+    )
+    if full_config:
+        return "\n".join([*lines, "config:", yaml.safe_dump(config, sort_keys=False).rstrip()])
+    trainer, model = config.get("trainer") or {}, config.get("model") or {}
+    lines.append(
+        f"config: seed {config.get('seed_everything')}, max_steps {trainer.get('max_steps')}, lr {model.get('lr')}, "
+        f"init_weights {model.get('init_weights')} (--config prints it whole)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
+    """Print how a weights file was made; returns 0, or 2 for a missing or unreadable file (one line)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "weights", nargs="?", help="a .safetensors weights file (default: the packaged weights)"
+    )
+    parser.add_argument("--config", action="store_true", help="print the resolved training config in full")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        print(describe(args.weights, full_config=args.config))
+    except WeightsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

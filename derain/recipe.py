@@ -1,0 +1,339 @@
+"""Rebuild shipped weights from their recipe: ``derain recipe derain-small`` (``--plan`` trains nothing).
+
+A recipe is a ``recipe.yaml`` beside its stage configs (``configs/derain-small/``): stages in order, each one config
+for ``derain fit``, its input weights (the config's ``model.init_weights``) and its output weights, both named by
+path and by the sha256 of their tensors (:func:`derain.weights.tensors_sha256`). Running it trains each stage in
+turn, skipping a stage whose output exists with the expected hash; an input whose hash is not the one the recipe
+names stops it with one line naming both; the stages before the last one done are not needed and not trained.
+``--plan`` prints every stage's config, input and expected output and
+where each stands. A stage that trains again gets its own hash (CPU training is not bitwise repeatable): the
+recipe stops there and says so, and ``--accept-rebuilt`` goes on from the rebuilt weights. ``--restore`` takes a
+missing output from the git commit that shipped it, when the recipe names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from derain.io import atomic_output
+from derain.resources import shipped_folder
+from derain.weights import WeightsError, tensors_sha256
+
+__all__ = [
+    "Pinned",
+    "Recipe",
+    "RecipeError",
+    "Stage",
+    "check_weights",
+    "load_recipe",
+    "main",
+    "plan",
+    "run_recipe",
+]
+
+PROG = "python -m derain.recipe"
+
+SOURCE = Path(__file__).resolve().parents[1]
+"""The folder that holds the package: a recipe's ``shipped`` path is relative to it (the checkout, or
+site-packages)."""
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be read, or weights that are not what it names (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """Weights named by path and by the sha256 of their tensors (None: not recorded)."""
+
+    path: str
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: a config for ``derain fit``, the weights it starts from and the weights it writes."""
+
+    name: str
+    config: Path
+    input: Pinned | None
+    """The weights the stage starts from (None: from scratch)."""
+    output: Pinned
+    checkpoint: str
+    """Which checkpoint of the run became the output, as recorded (``last.ckpt``, ``best-885.ckpt``)."""
+    step: int | None
+    shipped_in: str | None
+    """The commit whose packaged weights file is this output, if it was shipped."""
+    needs: tuple[str, ...] = ()
+    """Names of the recipe's ``prepare`` steps that must have run first."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe as its ``recipe.yaml`` says: the stages in order, the steps that prepare their data, and the
+    shipped file the last stage's output is."""
+
+    name: str
+    file: Path
+    shipped: str
+    prepare: dict[str, dict[str, Any]]
+    stages: tuple[Stage, ...]
+
+
+def recipe_file(name: str) -> Path:
+    """``name``'s ``recipe.yaml``: a path to one, a folder holding one, or a recipe that ships with derain."""
+    for candidate in (
+        Path(name),
+        Path(name) / "recipe.yaml",
+        shipped_folder("configs", "configs") / name / "recipe.yaml",
+    ):
+        if candidate.is_file():
+            return candidate
+    raise RecipeError(f"no recipe {name!r}: not a recipe.yaml, nor a folder or bundled recipe holding one")
+
+
+def _pinned(entry: Any, where: str) -> Pinned | None:
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        raise RecipeError(f"{where}: expected a mapping with 'path' and 'sha256', got {entry!r}")
+    sha = entry.get("sha256")
+    return Pinned(entry["path"], None if sha is None else str(sha))
+
+
+def load_recipe(name: str) -> Recipe:
+    """The recipe ``name`` (see :func:`recipe_file`).
+
+    Raises:
+        RecipeError: the file is missing or malformed, or a stage's config is missing (the message names it).
+    """
+    file = recipe_file(name)
+    raw = yaml.safe_load(file.read_text()) or {}
+    stages = []
+    for i, entry in enumerate(raw.get("stages") or []):
+        where = f"{file}: stages[{i}]"
+        try:
+            config, output = file.parent / entry["config"], entry["output"]
+            stage = Stage(
+                name=str(entry["name"]),
+                config=config,
+                input=_pinned(entry.get("input"), f"{where}.input"),
+                output=_pinned(output, f"{where}.output"),  # type: ignore[arg-type]
+                checkpoint=str(output.get("checkpoint", "best")),
+                step=output.get("step"),
+                shipped_in=None if output.get("shipped_in") is None else str(output["shipped_in"]),
+                needs=tuple(entry.get("needs", ())),
+            )
+        except (KeyError, TypeError, AttributeError) as err:
+            raise RecipeError(f"{where}: missing or malformed entry ({err})") from None
+        if stage.output is None or not config.is_file():
+            raise RecipeError(f"{where}: no output, or its config {config} does not exist")
+        unknown = set(stage.needs) - set(raw.get("prepare") or {})
+        if unknown:
+            raise RecipeError(f"{where}: needs {sorted(unknown)}, which the recipe does not prepare")
+        stages.append(stage)
+    if not stages:
+        raise RecipeError(f"{file}: no stages")
+    return Recipe(
+        str(raw.get("name", file.parent.name)),
+        file,
+        str(raw.get("shipped", "")),
+        raw.get("prepare") or {},
+        tuple(stages),
+    )
+
+
+def check_weights(path: str | Path, expected: str | None, what: str) -> str:
+    """The tensors' sha256 of ``path``, which must be ``expected`` (when the recipe records one).
+
+    Raises:
+        RecipeError: the file is missing or unreadable, or its hash is not ``expected`` (one line, both hashes).
+    """
+    try:
+        actual = tensors_sha256(path)
+    except WeightsError as err:
+        raise RecipeError(f"{what}: {err}") from None
+    if expected is not None and actual != expected:
+        raise RecipeError(f"{what} {path}: tensors sha256 {actual}, the recipe expects {expected}")
+    return actual
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _status(pinned: Pinned) -> str:
+    path = Path(pinned.path)
+    if not path.is_file():
+        return "missing"
+    try:
+        actual = tensors_sha256(path)
+    except WeightsError:
+        return "unreadable"
+    if pinned.sha256 is None:
+        return f"exists, sha256 {actual} (none recorded)"
+    return "done" if actual == pinned.sha256 else f"differs: sha256 {actual}"
+
+
+def plan(recipe: Recipe) -> str:
+    """Each stage's config, input and expected output (path, sha256, the checkpoint it was), and where it stands."""
+    steps = [s.step for s in recipe.stages]
+    total = f"{sum(steps)} steps" if None not in steps else "steps partly unknown"
+    lines = [
+        f"Recipe {recipe.name} ({_shown(recipe.file)}): {len(recipe.stages)} stages, {total} to {recipe.shipped}"
+    ]
+    for key, prep in recipe.prepare.items():
+        done = "done" if Path(prep["path"]).exists() else "missing"
+        lines.append(f"prepare {key}: {prep['path']} [{done}] <- python {' '.join(prep['command'])}")
+    for stage in recipe.stages:
+        source = "none (from scratch)"
+        if stage.input is not None:
+            source = f"{stage.input.path}\n{'':9}sha256 {stage.input.sha256 or 'not recorded'}"
+        shipped = f", shipped in {stage.shipped_in}" if stage.shipped_in else ""
+        lines += [
+            f"{stage.name}",
+            f"  config {_shown(stage.config)}"
+            + (f" (needs {', '.join(stage.needs)})" if stage.needs else ""),
+            f"  input  {source}",
+            f"  output {stage.output.path} ({stage.checkpoint}, step {stage.step}{shipped})",
+            f"{'':9}sha256 {stage.output.sha256 or 'not recorded'} [{_status(stage.output)}]",
+        ]
+    if recipe.shipped and (SOURCE / recipe.shipped).is_file():
+        actual, last = tensors_sha256(SOURCE / recipe.shipped), recipe.stages[-1]
+        same = "the last stage's output" if actual == last.output.sha256 else "NOT the last stage's output"
+        lines.append(f"shipped {recipe.shipped}: sha256 {actual}, {same}")
+    return "\n".join(lines)
+
+
+def _restore(stage: Stage, shipped: str) -> bool:
+    """Write a missing output from the commit that shipped it (``git show``); False when git cannot."""
+    proc = subprocess.run(
+        ["git", "-C", str(SOURCE), "show", f"{stage.shipped_in}:{shipped}"], capture_output=True
+    )
+    if proc.returncode != 0:
+        return False
+    out = Path(stage.output.path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(out) as tmp:
+        tmp.write_bytes(proc.stdout)
+    return True
+
+
+def _train(recipe: Recipe, stage: Stage) -> int:
+    for key in stage.needs:
+        prep = recipe.prepare[key]
+        if not Path(prep["path"]).exists():
+            script = Path(prep["command"][0])
+            if not script.is_file():
+                raise RecipeError(
+                    f"{stage.name}: {key} is built by {script}, not found here: run from the repository root"
+                )
+            print(f"{stage.name}: preparing {prep['path']}: python {' '.join(prep['command'])}", flush=True)
+            if subprocess.run([sys.executable, *prep["command"]]).returncode != 0:
+                raise RecipeError(
+                    f"{stage.name}: preparing {key} failed (python {' '.join(prep['command'])})"
+                )
+    from derain.fit import main as fit_main  # Lightning only when training
+
+    print(f"{stage.name}: derain fit --config {stage.config}", flush=True)
+    return fit_main(["--config", str(stage.config)], prog="derain fit")
+
+
+def _done(stage: Stage, accept_rebuilt: bool) -> bool:
+    """Whether the stage's output exists as the recipe expects (or, with ``accept_rebuilt``, at all)."""
+    out = Path(stage.output.path)
+    if not out.is_file():
+        return False
+    try:
+        check_weights(out, stage.output.sha256, f"{stage.name}: output")
+    except RecipeError as err:
+        if not accept_rebuilt:
+            raise RecipeError(
+                f"{err} (rebuilt? --accept-rebuilt goes on from it; delete it to retrain)"
+            ) from None
+        print(f"{err}: accepted (--accept-rebuilt)", flush=True)
+    return True
+
+
+def run_recipe(recipe: Recipe, *, accept_rebuilt: bool = False, restore: bool = False) -> int:
+    """Train the stages after the last one whose output is done, in order; returns fit's status (0: all done).
+
+    A stage before a done one is not needed (the weights it would give are not read) and is not trained.
+    """
+    for stage in recipe.stages:
+        out = Path(stage.output.path)
+        if not out.is_file() and restore and stage.shipped_in and _restore(stage, recipe.shipped):
+            print(f"{stage.name}: {out} restored from commit {stage.shipped_in}", flush=True)
+    done = [_done(stage, accept_rebuilt) for stage in recipe.stages]
+    start = max((i + 1 for i, d in enumerate(done) if d), default=0)
+    for stage, is_done in zip(recipe.stages[:start], done, strict=False):
+        why = "is done" if is_done else "is not needed: a later stage's output is done"
+        print(f"{stage.name}: {stage.output.path} {why}, skipped", flush=True)
+    for stage in recipe.stages[start:]:
+        status = _run_stage(recipe, stage, accept_rebuilt)
+        if status != 0:
+            return status
+    return 0
+
+
+def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
+    """Check the stage's input, train it, check its output; returns fit's status."""
+    if stage.input is not None:
+        try:
+            check_weights(stage.input.path, stage.input.sha256, f"{stage.name}: input")
+        except RecipeError as err:
+            if not accept_rebuilt or not Path(stage.input.path).is_file():
+                raise
+            print(f"{err}: accepted (--accept-rebuilt)", flush=True)
+    status = _train(recipe, stage)
+    if status != 0:
+        return status
+    out = Path(stage.output.path)
+    actual = check_weights(out, None, f"{stage.name}: output")
+    if stage.output.sha256 not in (None, actual) and not accept_rebuilt:
+        raise RecipeError(
+            f"{stage.name}: rebuilt {out} has tensors sha256 {actual}, the recipe records "
+            f"{stage.output.sha256} (training is not bitwise repeatable; --accept-rebuilt goes on from it)"
+        )
+    print(f"{stage.name}: wrote {out}, sha256 {actual}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
+    """``derain recipe NAME [--plan] [--accept-rebuilt] [--restore]``; returns 0, fit's status, or 2 (one line)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("recipe", help="a recipe that ships with derain (derain-small) or a recipe.yaml")
+    parser.add_argument(
+        "--plan", action="store_true", help="print the stages and where each stands; train nothing"
+    )
+    parser.add_argument(
+        "--accept-rebuilt", action="store_true", help="go on from rebuilt weights whose hash differs"
+    )
+    parser.add_argument(
+        "--restore", action="store_true", help="take missing shipped outputs from git history"
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        recipe = load_recipe(args.recipe)
+        if args.plan:
+            print(plan(recipe))
+            return 0
+        return run_recipe(recipe, accept_rebuilt=args.accept_rebuilt, restore=args.restore)
+    except RecipeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

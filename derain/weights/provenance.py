@@ -1,0 +1,187 @@
+"""How a weights file was made: its provenance, one JSON entry of the safetensors metadata.
+
+A weights file that :func:`provenance_metadata` went into says, under :data:`PROVENANCE_KEY`, what made it: the
+resolved training config, the commit of the code (when trained in a git checkout), a manifest hash of the training
+data (every file of the folders the config names, by relative path and size), the step count and the validation
+scores. ``derain info`` prints it. Nothing here imports Lightning: the training command collects the values and
+passes them in.
+
+Example:
+    >>> prov = provenance(config=config, steps=500, validation={"val/psnr_y": 24.5})   # doctest: +SKIP
+    >>> export_checkpoint("last.ckpt", "model.safetensors", extra=provenance_metadata(prov))  # doctest: +SKIP
+    >>> read_provenance("model.safetensors")["steps"]                                 # doctest: +SKIP
+    500
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from derain.weights import WeightsError, read_safetensors, resolve, save_tensors, tensors_sha256
+
+__all__ = [
+    "PROVENANCE_KEY",
+    "config_folders",
+    "data_manifest",
+    "git_commit",
+    "provenance",
+    "provenance_metadata",
+    "read_provenance",
+    "write_provenance",
+]
+
+PROVENANCE_KEY = "provenance"
+"""The metadata entry of a weights file that holds its provenance (JSON)."""
+
+
+def git_commit(where: str | os.PathLike | None = None) -> str | None:
+    """The commit of the code at ``where`` (``+dirty`` appended when tracked files differ from it), or None outside
+    a git checkout (or without git).
+
+    Args:
+        where: a folder of the checkout; default this package's own source, and then only when it is a tracked file
+            of that checkout (an installed copy of derain inside some other repository has no commit).
+    """
+    own = where is None
+    where = Path(__file__).resolve().parent if own else Path(where)
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+        )
+        tracked = subprocess.run(
+            ["git", "-C", str(where), "ls-files", "--error-unmatch", Path(__file__).name],
+            capture_output=True,
+            timeout=30,
+        )
+        if head.returncode != 0 or (own and tracked.returncode != 0):
+            return None
+        status = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
+
+
+def config_folders(data_config: Any) -> list[str]:
+    """The folders and files a resolved ``data`` config names, as spelled there (``$DERAIN_DATA/...`` kept), in
+    order, once each: every string in it that names an existing path once ``$DERAIN_DATA`` is expanded."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and value not in found and Path(os.path.expandvars(value)).exists():
+            found.append(value)
+
+    walk(data_config)
+    return found
+
+
+def data_manifest(folders: Iterable[str]) -> dict[str, Any]:
+    """A manifest hash of the data in ``folders``: the sha256 of every file's relative path and size.
+
+    Each folder is hashed under its name as given (``$DERAIN_DATA/clean``), so the hash does not depend on where the
+    data sets lie on a machine, only on which files they hold and how large those are (not their bytes: reading
+    265 MB at every export is not worth it; a re-encoded image changes size).
+
+    Returns:
+        ``sha256``, ``files`` (count), ``bytes`` (total) and ``folders`` (the names, in order).
+    """
+    digest = hashlib.sha256()
+    names, count, total = [], 0, 0
+    for name in folders:
+        root = Path(os.path.expandvars(name))
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        digest.update(f"{name}\n".encode())
+        for path in files:
+            size = path.stat().st_size
+            rel = path.name if path == root else path.relative_to(root).as_posix()
+            digest.update(f"{rel}\t{size}\n".encode())
+            count, total = count + 1, total + size
+        names.append(name)
+    return {"sha256": digest.hexdigest(), "files": count, "bytes": total, "folders": names}
+
+
+def provenance(
+    *,
+    config: Mapping[str, Any],
+    steps: int,
+    validation: Mapping[str, Any],
+    commit: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    **more: Any,
+) -> dict[str, Any]:
+    """A weights file's provenance.
+
+    Args:
+        config: the resolved training config (what ``derain fit --print_config`` prints).
+        steps: the training steps of the exported weights (the checkpoint's ``global_step``).
+        validation: the validation scores (``val/psnr_y``, ...), as the caller labels them.
+        commit: the code's commit; default :func:`git_commit` of the working directory.
+        data: the data manifest; default :func:`data_manifest` of the folders ``config["data"]`` names.
+        **more: further entries (``lineage_steps``, ``recorded``, ...).
+    """
+    return {
+        "config": dict(config),
+        "commit": git_commit() if commit is None else commit,
+        "data": dict(data_manifest(config_folders(config.get("data", {}))) if data is None else data),
+        "steps": int(steps),
+        "validation": dict(validation),
+        **more,
+    }
+
+
+def provenance_metadata(prov: Mapping[str, Any]) -> dict[str, str]:
+    """The metadata entry that carries ``prov`` in a weights file (``export_checkpoint(..., extra=...)``)."""
+    return {PROVENANCE_KEY: json.dumps(prov, default=str)}
+
+
+def read_provenance(weights: str | os.PathLike | None = None) -> dict[str, Any] | None:
+    """The provenance a ``.safetensors`` weights file records (the packaged weights for None), or None if it has
+    none.
+
+    Raises:
+        WeightsError: the file is missing or unreadable, or its provenance is not JSON (the message names it).
+    """
+    path = resolve(weights)
+    meta = read_safetensors(path)[0]
+    if PROVENANCE_KEY not in meta:
+        return None
+    try:
+        return json.loads(meta[PROVENANCE_KEY])
+    except json.JSONDecodeError as err:
+        raise WeightsError(f"{path}: metadata {PROVENANCE_KEY!r} is not JSON ({err})") from None
+
+
+def write_provenance(
+    weights: str | os.PathLike, prov: Mapping[str, Any], out: str | os.PathLike | None = None
+) -> Path:
+    """Write ``weights``' tensors and metadata with ``prov`` as its provenance to ``out`` (default: in place),
+    atomically. The tensors are unchanged, so :func:`~derain.weights.tensors_sha256` is too (checked).
+
+    Raises:
+        WeightsError: ``weights`` is not a readable safetensors file, or the written tensors differ.
+    """
+    path = resolve(weights)
+    out = path if out is None else Path(out)
+    meta, state = read_safetensors(path)
+    before = tensors_sha256(state)
+    save_tensors(state, out, {**meta, **provenance_metadata(prov)})
+    after = tensors_sha256(out)
+    if after != before:
+        raise WeightsError(f"{out}: tensors sha256 {after} after writing, {before} before")
+    return out

@@ -1,0 +1,198 @@
+"""The shipped weights' recipe (``configs/derain-small/recipe.yaml``, ``derain recipe``): every stage starts from
+the previous stage's output, the last one is the packaged file, the plan shows every stage, a stage done is skipped,
+and weights that are not the ones the recipe names stop it in one line naming both hashes. The experiments
+(``experiments/``) and the other bundled configs still parse."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import tiny_net
+
+from derain import recipe as recipe_module
+from derain.fit import main as fit_main
+from derain.recipe import RecipeError, load_recipe, main, run_recipe
+from derain.weights import packaged_weights, save_net, tensors_sha256
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = load_recipe("derain-small")
+
+
+def stage_config(stage) -> dict:
+    return yaml.safe_load(stage.config.read_text())
+
+
+def test_every_stage_starts_from_the_previous_stages_output() -> None:
+    first, *rest = RECIPE.stages
+    assert first.input is None and "init_weights" not in stage_config(first)["model"]
+    for before, stage in zip(RECIPE.stages[:-1], rest, strict=True):
+        assert stage.input == before.output, stage.name  # path and sha256
+        assert stage_config(stage)["model"]["init_weights"] == stage.input.path, stage.name
+
+
+def test_each_stage_config_is_whole_and_writes_the_recorded_output() -> None:
+    for stage in RECIPE.stages:
+        config = stage_config(stage)
+        assert "packaged" not in str(config["model"].get("init_weights")), stage.name
+        assert Path(config["trainer"]["default_root_dir"]) / "model.safetensors" == Path(stage.output.path)
+        export = config["export_from"]  # the checkpoint fit exports is the one the history records
+        assert stage.checkpoint == ("last.ckpt" if export == "last" else export) or export == "best", (
+            stage.name
+        )
+        assert config["model"]["net"]["class_path"] == "derain.models.DerainNet"  # no layering on other files
+
+
+def test_the_last_stage_is_the_packaged_weights() -> None:
+    assert (REPO / RECIPE.shipped).resolve() == packaged_weights().resolve()
+    assert tensors_sha256(packaged_weights()) == RECIPE.stages[-1].output.sha256
+    assert sum(stage.step for stage in RECIPE.stages) == 23462
+
+
+def test_the_recorded_hashes_are_the_shipped_files_of_the_history(tmp_path) -> None:
+    for stage in (s for s in RECIPE.stages if s.shipped_in):
+        proc = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{stage.shipped_in}:{RECIPE.shipped}"], capture_output=True
+        )
+        if proc.returncode != 0:
+            pytest.skip("not a git checkout with the history")
+        (tmp_path / "w.safetensors").write_bytes(proc.stdout)
+        assert tensors_sha256(tmp_path / "w.safetensors") == stage.output.sha256, stage.name
+
+
+def test_the_plan_shows_every_stage_and_trains_nothing(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(recipe_module, "_train", lambda *a: pytest.fail("--plan trained"))
+    assert main(["derain-small", "--plan"]) == 0
+    out = capsys.readouterr().out
+    for stage in RECIPE.stages:
+        block = out.split(f"\n{stage.name}\n", 1)[1].split("\nstage", 1)[0]
+        assert stage.config.name in block and stage.output.path in block
+        assert (stage.output.sha256 or "sha256 not recorded") in block
+        assert ("from scratch" if stage.input is None else stage.input.path) in block
+    assert f"sha256 {RECIPE.stages[-1].output.sha256}, the last stage's output" in out
+    assert "prepare heavy-val: runs/heavy-val" in out
+
+
+def tiny_recipe(tmp_path: Path, second_input_sha: str | None) -> tuple[Path, str]:
+    """A two-stage recipe over tiny weights: stage a's output exists (hash recorded), stage b starts from it."""
+    out_a = save_net(tiny_net(seed=1), tmp_path / "runs" / "a" / "model.safetensors")
+    sha = tensors_sha256(out_a)
+    (tmp_path / "a.yaml").write_text("model:\n  lr: 0.001\n")
+    (tmp_path / "b.yaml").write_text(f"model:\n  init_weights: {out_a}\n")
+    manifest = {
+        "name": "tiny",
+        "stages": [
+            {"name": "a", "config": "a.yaml", "input": None, "output": {"path": str(out_a), "sha256": sha}},
+            {
+                "name": "b",
+                "config": "b.yaml",
+                "input": {"path": str(out_a), "sha256": second_input_sha or sha},
+                "output": {"path": str(tmp_path / "runs" / "b" / "model.safetensors"), "sha256": "f" * 64},
+            },
+        ],
+    }
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(manifest))
+    return tmp_path / "recipe.yaml", sha
+
+
+def test_a_stage_done_is_skipped_and_the_next_one_trains(tmp_path, monkeypatch, capsys) -> None:
+    file, _ = tiny_recipe(tmp_path, None)
+    trained = []
+    monkeypatch.setattr(recipe_module, "_train", lambda recipe, stage: trained.append(stage.name) or 1)
+    assert run_recipe(load_recipe(str(file))) == 1  # fit's status comes back
+    assert trained == ["b"] and "a: " in capsys.readouterr().out
+
+
+def test_stages_before_a_done_one_are_not_trained(tmp_path, monkeypatch, capsys) -> None:
+    file, _ = tiny_recipe(tmp_path, None)
+    manifest = yaml.safe_load(file.read_text())
+    out_b = save_net(tiny_net(seed=3), tmp_path / "runs" / "b" / "model.safetensors")
+    manifest["stages"][1]["output"]["sha256"] = tensors_sha256(out_b)
+    file.write_text(yaml.safe_dump(manifest))
+    (tmp_path / "runs" / "a" / "model.safetensors").unlink()
+    monkeypatch.setattr(recipe_module, "_train", lambda *a: pytest.fail("trained a stage no one needs"))
+    assert run_recipe(load_recipe(str(file))) == 0
+    assert "is not needed: a later stage's output is done" in capsys.readouterr().out
+
+
+def test_an_input_with_another_hash_is_one_line_naming_both(tmp_path, monkeypatch, capsys) -> None:
+    file, sha = tiny_recipe(tmp_path, "0" * 64)
+    monkeypatch.setattr(recipe_module, "_train", lambda *a: pytest.fail("trained from the wrong weights"))
+    assert main([str(file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"tensors sha256 {sha}, the recipe expects {'0' * 64}" in err
+    assert "b: input" in err and "model.safetensors" in err
+    with pytest.raises(RecipeError):
+        run_recipe(load_recipe(str(file)))
+
+
+def test_a_rebuilt_output_stops_the_recipe_unless_accepted(tmp_path, monkeypatch) -> None:
+    file, _ = tiny_recipe(tmp_path, None)
+    out_b = tmp_path / "runs" / "b" / "model.safetensors"
+    monkeypatch.setattr(recipe_module, "_train", lambda *a: save_net(tiny_net(seed=2), out_b) and 0)
+    with pytest.raises(
+        RecipeError, match=r"rebuilt .* has tensors sha256 [0-9a-f]{64}, the recipe records f{64}"
+    ):
+        run_recipe(load_recipe(str(file)))
+    with pytest.raises(
+        RecipeError, match="--accept-rebuilt"
+    ):  # and a second run finds it, not what it expects
+        run_recipe(load_recipe(str(file)))
+    assert run_recipe(load_recipe(str(file)), accept_rebuilt=True) == 0
+
+
+def test_a_missing_recipe_or_stage_config_names_it(tmp_path, capsys) -> None:
+    assert main([str(tmp_path / "nowhere.yaml")]) == 2
+    assert "nowhere.yaml" in capsys.readouterr().err
+    (tmp_path / "recipe.yaml").write_text(
+        "stages:\n- {name: a, config: gone.yaml, output: {path: x, sha256: null}}\n"
+    )
+    with pytest.raises(RecipeError, match="gone.yaml does not exist"):
+        load_recipe(str(tmp_path))
+
+
+EXPERIMENTS = [  # as experiments/README.md lists them: each over a recipe stage
+    ["derain-small/stage7-garg-long.yaml", "experiments/derain-small/stage8-arm-mix.yaml"],
+    ["derain-small/stage7-garg-long.yaml", "experiments/derain-small/stage8-arm-focused.yaml"],
+    [
+        "derain-small/stage7-garg-long.yaml",
+        "experiments/derain-small/stage8-arm-focused.yaml",
+        "experiments/derain-small/stage8-arm-focused-light.yaml",
+    ],
+    [
+        "derain-small/stage7-garg-long.yaml",
+        "experiments/derain-small/stage9-base.yaml",
+        "experiments/derain-small/stage9-arm-probe.yaml",
+    ],
+    ["derain-small/stage9-focused.yaml", "experiments/derain-small/stage9-arm-focused-lr.yaml"],
+    ["derain-small/stage9-focused.yaml", "experiments/derain-small/stage9-long.yaml"],
+    ["derain-small/stage4-rain-free.yaml", "experiments/derain-small/gpu.yaml"],
+]
+CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [["rain100h.yaml"], ["synthetic.yaml"]]
+
+
+def test_every_config_is_in_the_recipe_or_an_experiment() -> None:
+    listed = {name for stack in CONFIGS + EXPERIMENTS for name in stack}
+    configs = {f"{p.relative_to(REPO / 'configs').as_posix()}" for p in (REPO / "configs").rglob("*.yaml")}
+    experiments = {p.relative_to(REPO).as_posix() for p in (REPO / "experiments").rglob("*.yaml")}
+    assert configs - {"derain-small/recipe.yaml"} | experiments == listed
+    readme = (REPO / "experiments" / "README.md").read_text()
+    assert all(Path(name).name in readme for name in experiments)
+
+
+@pytest.mark.parametrize("stack", CONFIGS + EXPERIMENTS, ids=lambda s: "+".join(Path(n).stem for n in s))
+def test_every_config_parses(stack, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)  # experiments/ is a folder of the checkout; bundled names resolve from anywhere
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main([*(a for name in stack for a in ("--config", name)), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["data"] is not None and config["model"]["net"]["class_path"].startswith("derain.models")
+
+
+def test_the_recipe_readme_lists_every_stage() -> None:
+    readme = (RECIPE.file.parent / "README.md").read_text()
+    assert all(f"`{stage.config.name}`" in readme for stage in RECIPE.stages)
