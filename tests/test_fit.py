@@ -22,6 +22,7 @@ from derain.fit import main as fit_main
 from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.weights import load_net
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,6 +107,28 @@ def test_the_command_line_is_read_not_rewritten(monkeypatch, capsys) -> None:
     with pytest.raises(SystemExit):
         derain_main(argv[1:])
     assert sys.argv == argv and "trainer:" in capsys.readouterr().out
+
+
+def test_moved_options_are_one_line_errors_naming_the_new_spelling(tmp_path, capsys):
+    old_run = tmp_path / "config.yaml"  # a run folder's config, saved before the options moved
+    old_run.write_text(
+        "trainer:\n  callbacks:\n    - class_path: derain.monitor.AttentionMonitor\n"
+        "model:\n  ema_decay: 0.999\n  lr: 0.001\n"
+    )
+    assert fit_main(["--config", str(old_run), "--trainer.max_steps=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {old_run}: ")
+    assert "derain.monitor.AttentionMonitor is now derain.train.AttentionMonitor" in err
+    assert (
+        "model.ema_decay is now a trainer.callbacks entry, lightning.pytorch.callbacks.EMAWeightAveraging"
+        in err
+    )
+    assert fit_main(["--config", "synthetic.yaml", "--model.init_weights=packaged"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == "error: the command line: model.init_weights is now init_weights (top level: --init_weights FILE)"
+    )
 
 
 @pytest.mark.slow
@@ -219,6 +242,46 @@ def test_fit_tests_the_best_checkpoint_and_prints_the_table(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_an_averaged_run_tests_and_exports_the_average(tmp_path, capsys):
+    root, run = tmp_path / "Rain", tmp_path / "run"
+    make_folder(root / "train", n=4)
+    make_folder(root / "test", n=2, seed=1)
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.pairs.root={root}",
+        "--data.pairs.val_fraction=0.25",
+        "--data.pairs.drop_test_overlap=false",
+        "--data.patch_size=32",
+        "--data.batch_size=3",
+        "--data.num_workers=0",
+        "--trainer.max_steps=4",
+        "--trainer.accelerator=cpu",
+        "--model.lr=0.02",
+        "--model.warmup_steps=0",
+        "--trainer.callbacks+=EMAWeightAveraging",
+        "--trainer.callbacks.decay=0.5",
+    ]
+    assert fit_main(args) == 0
+    out = capsys.readouterr().out
+    derained = out[out.index("Test (2 pairs)") :].splitlines()[2].split()
+    best = torch.load(next((run / "checkpoints").glob("best-*.ckpt")), weights_only=True)
+    average, raw = best["state_dict"]["net.embed.1.weight"], best["current_model_state"]["net.embed.1.weight"]
+    assert not torch.allclose(average, raw)
+    net = load_net(run / "model.safetensors")
+    assert torch.equal(net.state_dict()["embed.1.weight"], average)  # the export is the average
+    metrics = DerainMetrics()  # ... and so is what the test scored (not the raw weights kept for resuming)
+    with torch.no_grad():
+        for name in ("000.png", "001.png"):
+            rain, clean = (to_tensor(read_rgb(root / "test" / s / name))[None] for s in ("rain", "norain"))
+            metrics.update(net.eval()(rain).clamp(0, 1), clean)
+    scores = metrics.compute()
+    assert float(derained[1]) == pytest.approx(float(scores["psnr_y"]), abs=0.011)
+    assert float(derained[2]) == pytest.approx(float(scores["ssim_y"]), abs=1.1e-4)
+
+
+@pytest.mark.slow
 def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
     proc = subprocess.run(
@@ -269,7 +332,7 @@ def test_nan_loss_stops_with_the_step(tmp_path, capsys):
 def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
     args = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={tmp_path}"]
     args += ["--data.synthesis.builtin_photos=true", "--data.synthesis.length=8"]
-    assert fit_main([*args, f"--model.init_weights={tmp_path / 'nope.safetensors'}"]) == 2
+    assert fit_main([*args, f"--init_weights={tmp_path / 'nope.safetensors'}"]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "nope.safetensors" in err and "Traceback" not in err
 
@@ -376,7 +439,7 @@ def test_stage9_runs_start_from_the_shipped_weights_and_share_one_validation(
     assert exit_info.value.code in (0, None)
     config = yaml.safe_load(capsys.readouterr().out)
     data, model = config["data"], config["model"]
-    assert model["init_weights"] == "packaged"
+    assert config["init_weights"] == "packaged"
     # the 200 held-out heavy pairs (benchmarks/heavy_val.py), the 7 heavy, RainTrainL's 40, Rain200L's 3
     assert data["pairs"]["val_dirs"] == [
         "runs/heavy-val",
@@ -432,15 +495,15 @@ def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
         assert (data["patch_size"], data["batch_size"]) == (256, 2)
     if last == "stage3-large-patch":  # as run: its own cosine, from the augment stage
         assert model["schedule_steps"] is None
-        assert model["init_weights"] == "runs/derain-small/stage2/model.safetensors"
+        assert config["init_weights"] == "runs/derain-small/stage2/model.safetensors"
     if any("stage4-rain-free" in s for s in stages):
         rain_free = 0.1 if any("stage8-arm-focused" in s for s in stages) else 0.15
         assert data["synthesis"]["rain_free_prob"] == rain_free and model["schedule_steps"] is None
         assert config["checkpoint"]["save_top_k"] == 3
     if last == "stage4-rain-free":
-        assert model["init_weights"] == "runs/derain-small/stage3/model.safetensors"
+        assert config["init_weights"] == "runs/derain-small/stage3/model.safetensors"
     if last == "stage5-continue":
-        assert model["init_weights"] == "runs/derain-small/stage4/model.safetensors" and model["lr"] == 1e-4
+        assert config["init_weights"] == "runs/derain-small/stage4/model.safetensors" and model["lr"] == 1e-4
         assert (config["seed_everything"], config["trainer"]["max_steps"]) == (7, 2200)
     if last == "stage7-garg-long":  # Rain200H validates beside the Rain100H hold-out, and donates no rain
         assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
@@ -448,13 +511,13 @@ def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
         assert "$DERAIN_DATA/rain200h-test-samples" not in data["pairs"]["train_dirs"]
         assert data["synthesis"]["transplant_from"] == ["$DERAIN_DATA/rain100h-train-mini"]
         assert data["synthesis"]["layer_share"] == 0.3
-        assert model["init_weights"] == "runs/derain-small/stage6/model.safetensors"
+        assert config["init_weights"] == "runs/derain-small/stage6/model.safetensors"
     # the same validation in every stage-8 run: 7 heavy pairs and 40 RainTrainL ones
     if last.startswith("stage8"):
         assert data["pairs"]["val_dirs"] == ["$DERAIN_DATA/rain200h-test-samples"]
         assert data["pairs"]["val_from"] == ["$DERAIN_DATA/rain100h-train-mini", "$DERAIN_DATA/raintrainl"]
         assert (data["pairs"]["val_fraction"], data["seed"]) == (0.2, 0)
-        assert model["init_weights"] == "runs/derain-small/stage7/model.safetensors"
+        assert config["init_weights"] == "runs/derain-small/stage7/model.safetensors"
         assert (data["patch_size"], data["batch_size"]) == (256, 2)
     if last.startswith("stage8-arm"):  # the arms compare at equal CPU work
         assert config["trainer"]["max_steps"] == 1400
@@ -466,7 +529,7 @@ def test_every_recipe_parses(stages, capsys, monkeypatch, tmp_path):
         assert model["schedule_steps"] is None and config["trainer"]["max_steps"] == 9000
         assert config["trainer"]["default_root_dir"] == "runs/derain-small/stage8-long"
     if last == "gpu":  # prepared for a lent GPU: shipped weights, no runs/ needed
-        assert model["init_weights"] == "packaged" and data["synthesis"]["rain_free_prob"] == 0.15
+        assert config["init_weights"] == "packaged" and data["synthesis"]["rain_free_prob"] == 0.15
         assert (config["trainer"]["accelerator"], data["batch_size"]) == ("gpu", 16)
     if last == "rain100h":
         assert data["pairs"]["root"] == "datasets/Rain100H" and data["pairs"]["drop_test_overlap"] is True
