@@ -4,11 +4,10 @@ A config name that is not a file here is looked up among the configs that ship w
 the source tree, ``derain/configs`` once installed), from any working directory. Every option is configuration
 (LightningCLI): ``--trainer.max_steps 1000``, ``--data.pairs.root datasets/Rain100H``,
 ``--model.net.init_args.dim 32``; ``--print_config`` shows them all. ``--init_weights FILE`` starts from a weights
-file. Re-running the same command after an interruption resumes from ``<run>/checkpoints/last.ckpt`` (``--resume
-never`` starts afresh). At the end the best
-checkpoint (by ``val/psnr_y``) is tested on the test split when the data has one (``--data.pairs.root`` with
-``test/``, or ``--data.pairs.test_dirs``; ``--test false`` skips it), the table printed, and the checkpoint
-exported to ``<run>/model.safetensors``.
+file. Re-running the same command after an interruption resumes from ``<run>/checkpoints/last.ckpt``
+(``--resume never`` starts afresh). At the end the best checkpoint (by ``val/psnr_y``) is tested on the test split
+when the data has one (``--data.pairs.root`` with ``test/``, or ``--data.pairs.test_dirs``; ``--test false`` skips
+it), the table printed, and the checkpoint exported to ``<run>/model.safetensors``.
 """
 
 from __future__ import annotations
@@ -150,8 +149,10 @@ def check_moved_options(args: list[str]) -> None:
         if config is None and i > 0 and args[i - 1] in ("--config", "-c"):
             config = arg
         if config is not None and Path(config).is_file():
-            with open(config, encoding="utf-8") as f:
-                names = set(_names(yaml.safe_load(f)))
+            try:
+                names = set(_names(yaml.safe_load(Path(config).read_text(encoding="utf-8"))))
+            except yaml.YAMLError:
+                names = set()  # LightningCLI says what is wrong with it
             found[config] = {n for n in names if n in MOVED}
         for name in arg.removeprefix("--").split("=", 1):
             if name in MOVED:

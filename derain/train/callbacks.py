@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from derain.io import to_uint8, write_image_atomic
 
@@ -67,7 +68,7 @@ def cpp_compiler() -> str | None:
     return next((found for c in candidates if c and (found := shutil.which(c))), None)
 
 
-def compile_forward(net: nn.Module) -> Any:
+def compile_forward(net: nn.Module) -> Callable[[Tensor], Tensor]:
     """``net``'s forward through ``torch.compile`` (inductor, static shapes: training patches have one size). A
     compiled function, not a module: whoever keeps it gains no parameters or state-dict keys."""
     return torch.compile(net.forward, dynamic=False)
@@ -79,8 +80,8 @@ class CompileTraining(L.Callback):
     Validation, test, weight averaging and export use the eager network, and the checkpoint's keys do not change.
     The first training step pays the compile (far less when inductor's cache under ``$TORCHINDUCTOR_CACHE_DIR``
     already holds the graphs); ``benchmarks/train.py`` prints what the compile costs and what a step gains. On a
-    CPU it needs a C++ compiler (``g++`` or ``clang++``), checked before training. The module sets
-    ``train_forward`` (``DerainLitModule``).
+    CPU it needs a C++ compiler (``g++`` or ``clang++``), checked before training. It sets the module's
+    ``train_forward`` (``DerainLitModule``) for the run.
     """
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
