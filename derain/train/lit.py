@@ -80,9 +80,7 @@ class DerainLitModule(L.LightningModule):
         self.loss_fn = charbonnier_loss if loss == "charbonnier" else nn.functional.l1_loss
         self.metrics = nn.ModuleDict({s: DerainMetrics() for s in ("val", "test", "test_input")})
         self.set_metrics = nn.ModuleDict()  # per validation data set (items' "set"), added as sets appear
-        self.set_keys: dict[
-            str, str
-        ] = {}  # the sets' names to their keys there (a name may be no key: "a.b")
+        self.set_keys: dict[str, str] = {}  # set names to keys there (a name like "a.b" is not a key)
         # what training steps run instead of net (CompileTraining's compiled forward: no module, no state keys)
         self.train_forward: Callable[[Tensor], Tensor] | None = None
         self._planned_schedule: WarmupCosine | None = None  # the schedule this run's settings give
@@ -166,9 +164,10 @@ class DerainLitModule(L.LightningModule):
         if isinstance(restored, WarmupCosine) and planned is not None and restored.total != planned.total:
             log.warning(
                 "resumed: the learning rate keeps the schedule the run started with (%d steps, warm-up %d), not "
-                f"the {planned.total} steps configured now",
+                "the %d steps configured now",
                 restored.total,
                 restored.warmup,
+                planned.total,
             )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
