@@ -8,7 +8,7 @@ NCHW memory format, and the time the DataLoader needs to produce one batch of sy
 (the embedded default's data path) in the main process, plain and with the rain-layer augmentation of
 configs/derain-small/stage2-augment.yaml (gain, resize, turn in one warp; a second layer for some), and procedural
 rain for a batch, numpy per image (loader workers) against ``derain.synth.BatchRain`` (kornia, on the batch's
-device; here the CPU), and a training step eager against ``--model.compile true`` (``torch.compile``) at the batch
+device; here the CPU), and a training step eager against ``CompileTraining`` (``torch.compile``) at the batch
 shapes of configs/rain100h.yaml and of the shipped recipe (derain-small, stage 3 on), timed alternately, with
 the one-off compile time. Prints a table
 and one ``RESULT {...}`` JSON line with steps/s, peak memory growth, the loader/step ratio (target: loader < 10%
@@ -31,7 +31,8 @@ from torch import Tensor
 from derain.data import Synthesis, SyntheticRainDataset
 from derain.models import DerainNet
 from derain.synth import BatchRain, LayerAugment, add_rain, builtin_clean_images, rain_residual
-from derain.train import DerainLitModule, charbonnier_loss
+from derain.train import charbonnier_loss
+from derain.train.callbacks import compile_forward
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 AUGMENT_RECIPE = CONFIGS / "derain-small" / "stage2-augment.yaml"
@@ -114,14 +115,14 @@ def config_shape(name: str) -> tuple[int, int]:
 
 
 def compiled_step_times(batch: int, patch: int, steps: int) -> dict[str, float]:
-    """A training step of ``DerainNet()`` eager and through ``DerainLitModule(compile=True)``, timed alternately
-    (medians, seconds), the first compiled step's time (the compile), and the outputs' largest difference."""
+    """A training step of ``DerainNet()`` eager and through ``compile_forward`` (what ``CompileTraining`` runs),
+    timed alternately (medians, seconds), the first compiled step's time (the compile), and the outputs' largest
+    difference."""
     torch.manual_seed(0)
     nets = [DerainNet(), DerainNet()]
     nets[1].load_state_dict(nets[0].state_dict())
-    fwds = [
-        DerainLitModule(net, compile=flag).train_net() for net, flag in zip(nets, (False, True), strict=True)
-    ]
+    nets = [net.to(memory_format=torch.channels_last) for net in nets]  # as DerainLitModule trains them
+    fwds = [nets[0], compile_forward(nets[1])]
     opts = [torch.optim.AdamW(net.parameters(), lr=1e-4) for net in nets]
     x = torch.rand(batch, 3, patch, patch).contiguous(memory_format=torch.channels_last)
     y = torch.rand(batch, 3, patch, patch)

@@ -3,40 +3,51 @@
 A config name that is not a file here is looked up among the configs that ship with derain (``configs/`` of
 the source tree, ``derain/configs`` once installed), from any working directory. Every option is configuration
 (LightningCLI): ``--trainer.max_steps 1000``, ``--data.pairs.root datasets/Rain100H``,
-``--model.net.init_args.dim 32``; ``--print_config`` shows them all. Re-running the same command after an
-interruption resumes from ``<run>/checkpoints/last.ckpt`` (``--resume never`` starts afresh). At the end the best
-checkpoint (by ``val/psnr_y``) is tested on the test split when the data has one (``--data.pairs.root`` with
-``test/``, or ``--data.pairs.test_dirs``; ``--test false`` skips it), the table printed, and the checkpoint
-exported to ``<run>/model.safetensors``.
+``--model.net.init_args.dim 32``; ``--print_config`` shows them all. ``--init_weights FILE`` starts from a weights
+file. Re-running the same command after an interruption resumes from ``<run>/checkpoints/last.ckpt``
+(``--resume never`` starts afresh). At the end the best checkpoint (by ``val/psnr_y``) is tested on the test split
+when the data has one (``--data.pairs.root`` with ``test/``, or ``--data.pairs.test_dirs``; ``--test false`` skips
+it), the table printed, and the checkpoint exported to ``<run>/model.safetensors``.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, WeightAveraging
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from derain.data.module import DerainDataModule
 from derain.pairing import DataError
 from derain.resources import shipped_folder
-from derain.train import DerainLitModule, LastCheckpoint, NonFiniteLossError, last_checkpoint
+from derain.train import (
+    DerainLitModule,
+    LastCheckpoint,
+    NonFiniteLossError,
+    SampleImages,
+    last_checkpoint,
+    load_init_weights,
+)
 from derain.weights import WeightsError, WeightsNotFoundError, export_checkpoint
 from derain.weights.provenance import provenance, provenance_metadata
 
 __all__ = [
     "ConfigNotFoundError",
     "DerainCLI",
+    "MOVED",
+    "MovedOptionError",
     "Start",
     "bundled_config_dir",
     "main",
     "resolve_config_args",
     "how_to_start",
+    "check_moved_options",
 ]
 
 PROG = "python -m derain.fit"
@@ -98,6 +109,60 @@ def resolve_config_args(args: list[str], configs: Path | None = None) -> list[st
     return out
 
 
+MOVED = {
+    "model.init_weights": "init_weights (top level: --init_weights FILE)",
+    "model.ema_decay": "a trainer.callbacks entry, lightning.pytorch.callbacks.EMAWeightAveraging (init_args: decay)",
+    "model.compile": "a trainer.callbacks entry, derain.train.CompileTraining",
+    "model.sample_images": "samples.count",
+    "model.betas": "nothing (AdamW's betas are 0.9, 0.999)",
+    "derain.monitor.AttentionMonitor": "derain.train.AttentionMonitor",
+}
+"""Options and class paths of earlier versions (run folders' ``config.yaml`` name them), and what replaced each."""
+
+
+class MovedOptionError(ValueError):
+    """A config or command line that names an option or class path of :data:`MOVED`."""
+
+
+def _names(tree: object, prefix: str = "") -> Iterator[str]:
+    """The dotted keys and the string values of a parsed YAML tree."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield f"{prefix}{key}"
+            yield from _names(value, f"{prefix}{key}.")
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from _names(value, prefix)
+    elif isinstance(tree, str):
+        yield tree
+
+
+def check_moved_options(args: list[str]) -> None:
+    """Refuse, in one line, options and class paths that moved (:data:`MOVED`), in ``args`` or in the config
+    files they name (after :func:`resolve_config_args`), before LightningCLI's longer parse error.
+
+    Raises:
+        MovedOptionError: naming where each moved name is and what replaced it.
+    """
+    found: dict[str, set[str]] = {}
+    for i, arg in enumerate(args):
+        config = arg.removeprefix("--config=") if arg.startswith("--config=") else None
+        if config is None and i > 0 and args[i - 1] in ("--config", "-c"):
+            config = arg
+        if config is not None and Path(config).is_file():
+            try:
+                names = set(_names(yaml.safe_load(Path(config).read_text(encoding="utf-8"))))
+            except yaml.YAMLError:
+                names = set()  # LightningCLI says what is wrong with it
+            found[config] = {n for n in names if n in MOVED}
+        for name in arg.removeprefix("--").split("=", 1):
+            if name in MOVED:
+                found.setdefault("the command line", set()).add(name)
+    wrong = [f"{where}: {old} is now {MOVED[old]}" for where, olds in found.items() for old in sorted(olds)]
+    if wrong:
+        raise MovedOptionError("; ".join(wrong))
+
+
 @dataclass(frozen=True)
 class Start:
     """How a run begins: afresh (both None), resuming from a checkpoint, or fine-tuning from weights."""
@@ -105,13 +170,13 @@ class Start:
     resume_from: str | None = None
     """The checkpoint whose weights, optimizer, schedule and step the run continues (``ckpt_path``)."""
     fine_tune_from: str | None = None
-    """The weights the network starts from (``--model.init_weights``)."""
+    """The weights the network starts from (``--init_weights``)."""
     found_last: bool = False
     """``resume_from`` is the run's own ``last.ckpt``, found by ``--resume auto``."""
 
 
 def how_to_start(resume: str, init_weights: str | None, last: Path) -> Start:
-    """How a run with these options begins (``--resume``, ``--model.init_weights``).
+    """How a run with these options begins (``--resume``, ``--init_weights``).
 
     A run resumes from ``--resume PATH``, or with ``--resume auto`` from its ``last.ckpt`` when that exists; a run
     that resumes takes its weights from the checkpoint and never reads ``init_weights`` (the file may be gone or
@@ -151,6 +216,7 @@ class DerainCLI(LightningCLI):
         # Lightning's save_last only writes last when a top-k checkpoint was written at the same step, which would
         # make a resumed run lose progress: LastCheckpoint rewrites last.ckpt after every validation
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
+        parser.add_lightning_class_args(SampleImages, "samples")  # validation triplets: --samples.count
         parser.link_arguments(
             ("checkpoint.dirpath", "trainer.default_root_dir"),
             "last_checkpoint.path",
@@ -161,6 +227,13 @@ class DerainCLI(LightningCLI):
             default="auto",
             help="'auto': continue from <run>/checkpoints/last.ckpt if it exists; 'never'; or a "
             "checkpoint path",
+        )
+        parser.add_argument(
+            "--init_weights",
+            type=str | None,
+            default=None,
+            help="start from these weights (.safetensors from derain.export, a Lightning .ckpt, or 'packaged': "
+            "the weights that ship with derain) instead of a random init; not read when the run resumes",
         )
         parser.add_argument(
             "--export",
@@ -190,11 +263,10 @@ class DerainCLI(LightningCLI):
         """Decide how the run begins (:func:`how_to_start`), once; a resumed run does not read ``init_weights``."""
         config = self.config
         self.last = last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
-        init_weights = config.model.get("init_weights")
+        init_weights = config.get("init_weights")
         self.start = how_to_start(config.get("resume", "auto"), init_weights, self.last)
         if self.start.resume_from is not None and init_weights is not None:
-            print(f"Resuming: --model.init_weights {init_weights} is not read", flush=True)
-            config.model.init_weights = None
+            print(f"Resuming: --init_weights {init_weights} is not read", flush=True)
 
 
 def _checkpoint_callback(trainer) -> ModelCheckpoint:
@@ -279,6 +351,7 @@ def export_provenance(cli: LightningCLI, checkpoint: str | Path) -> dict[str, st
 def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     torch.set_float32_matmul_precision("high")
     args = resolve_config_args(sys.argv[1:] if args is None else list(args))
+    check_moved_options(args)
     cli = DerainCLI(
         DerainLitModule,
         DerainDataModule,
@@ -292,6 +365,8 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     callback = _checkpoint_callback(trainer)
     run_dir = Path(trainer.default_root_dir)
     last = cli.last
+    if cli.start.fine_tune_from is not None:
+        load_init_weights(cli.model.net, cli.start.fine_tune_from)
     if cli.start.found_last and trainer.is_global_zero:
         step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
         print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
@@ -309,6 +384,9 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     log_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     best = callback.best_model_path or (str(last) if last.is_file() else "")
     if cli.config.get("test", True) and cli.datamodule.has_test_split():
+        # WeightAveraging, still holding its average after fit, would load the checkpoint's raw weights for the
+        # test: without it the test scores the checkpoint's state_dict, what validation scored and export writes
+        trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, WeightAveraging)]
         results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False)
         if trainer.is_global_zero:
             pairs = len(getattr(cli.datamodule, "test_pairs", ())) or None
@@ -334,7 +412,7 @@ def main(args: list[str] | None = None, *, prog: str = PROG) -> int:
         return run(args, prog=prog)
     except Exception as err:  # noqa: BLE001 - only our expected errors are turned into messages
         cause = _root_cause(err)
-        if isinstance(cause, (ConfigNotFoundError, DataError, WeightsError)):
+        if isinstance(cause, (ConfigNotFoundError, DataError, MovedOptionError, WeightsError)):
             print(f"error: {cause}", file=sys.stderr)
             return 2
         if isinstance(cause, NonFiniteLossError):

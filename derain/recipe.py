@@ -1,7 +1,7 @@
 """Rebuild shipped weights from their recipe: ``derain recipe derain-small`` (``--plan`` trains nothing).
 
 A recipe is a ``recipe.yaml`` beside its stage configs (``configs/derain-small/``): stages in order, each one config
-for ``derain fit``, its input weights (the config's ``model.init_weights``) and its output weights, both named by
+for ``derain fit``, its input weights (the config's ``init_weights``) and its output weights, both named by
 path and by the sha256 of their tensors (:func:`derain.weights.tensors_sha256`). Running it trains each stage in
 turn, skipping a stage whose output exists with the expected hash; an input whose hash is not the one the recipe
 names stops it with one line naming both; the stages before the last one done are not needed and not trained.

@@ -1,5 +1,5 @@
 """``last.ckpt``: written after validation and on Ctrl+C; the same command resumes from it with its weights, optimizer,
-schedule and step, whatever changed in the moving average or the starting weights."""
+schedule and step, whatever changed in the weight averaging or the starting weights; an old moving average is refused."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_fine_tune_resumes_without_its_init_weights_file(tmp_path, capsys):
         "--data.num_workers=0",
         "--trainer.accelerator=cpu",
         "--trainer.limit_val_batches=0",
-        f"--model.init_weights={source}",
+        f"--init_weights={source}",
         "--export=false",
     ]
     assert fit_main([*common, "--trainer.max_steps=2"]) == 0
@@ -82,12 +82,12 @@ def test_fine_tune_resumes_without_its_init_weights_file(tmp_path, capsys):
     capsys.readouterr()
     assert fit_main([*common, "--trainer.max_steps=4"]) == 0
     out = capsys.readouterr().out
-    assert f"Resuming: --model.init_weights {source} is not read" in out and "(step 2)" in out
+    assert f"Resuming: --init_weights {source} is not read" in out and "(step 2)" in out
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
 
 
 @pytest.mark.slow
-def test_resume_across_an_ema_decay_change(tmp_path, caplog):
+def test_resume_across_a_change_of_weight_averaging(tmp_path, caplog, capsys):
     run = tmp_path / "run"
     common = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={run}", "--data.synthesis.builtin_photos=true"]
     common += ["--data.synthesis.length=8", "--data.batch_size=4"]
@@ -97,23 +97,28 @@ def test_resume_across_an_ema_decay_change(tmp_path, caplog):
         "--trainer.limit_val_batches=0",
         "--export=false",
     ]
+    ema = ["--trainer.callbacks+=EMAWeightAveraging", "--trainer.callbacks.decay=0.9"]
     last = run / "checkpoints" / "last.ckpt"
     assert fit_main([*common, "--trainer.max_steps=2"]) == 0
-    # a run saved without an average resumes with one: the average starts from the saved weights
-    assert fit_main([*common, "--trainer.max_steps=3", "--model.ema_decay=0.9"]) == 0
-    assert "has no moving average" in caplog.text
-    state = torch.load(last, weights_only=True)["state_dict"]
-    assert state.keys() >= {"ema.embed.1.weight", "net.embed.1.weight"}
-    # (one step after the start, with the warm-up decay 1/10, the average is still near the weights)
-    torch.testing.assert_close(state["ema.embed.1.weight"], state["net.embed.1.weight"], atol=0.05, rtol=0)
-    # and back: a run that kept one resumes without, dropping it
+    # a run saved without an average resumes with one (Lightning's WeightAveraging starts it from the weights)
+    assert fit_main([*common, "--trainer.max_steps=3", *ema]) == 0
+    saved = torch.load(last, weights_only=True)
+    assert saved["global_step"] == 3 and int(saved["averaging_state"]["n_averaged"]) == 1
+    assert saved["state_dict"].keys() == saved["current_model_state"].keys()  # average, and raw for resuming
+    # and back: a run that kept one resumes without, from its raw weights, dropping the average
     assert fit_main([*common, "--trainer.max_steps=4"]) == 0
     assert "checkpoint's moving average is dropped" in caplog.text
-    state = torch.load(last, weights_only=True)["state_dict"]
-    assert (
-        not any(k.startswith("ema.") for k in state)
-        and torch.load(last, weights_only=True)["global_step"] == 4
-    )
+    saved = torch.load(last, weights_only=True)
+    assert "current_model_state" not in saved and saved["global_step"] == 4
+
+    # a checkpoint of the old hand-written average (model.ema_decay: ema.* weights) is refused in one line
+    saved["state_dict"] |= {"ema." + k.removeprefix("net."): v for k, v in saved["state_dict"].items()}
+    torch.save(saved, last)
+    capsys.readouterr()
+    assert fit_main([*common, "--trainer.max_steps=5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: {last}: written with the old model.ema_decay"), err
+    assert "python -m derain.export" in err[-1]
 
 
 @pytest.mark.slow

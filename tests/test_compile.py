@@ -1,4 +1,4 @@
-"""``model.compile``: the compiled training step computes what the eager one does, and trains through derain.fit.
+"""``CompileTraining``: the compiled training step computes what the eager one does, and trains through derain.fit.
 
 The shared tiny network (``helpers.TINY``: every op the shipped network has) is compiled, here and in the fit run on
 the same batch shape, so inductor's cache under ``$TORCHINDUCTOR_CACHE_DIR`` serves its graph to both.
@@ -15,12 +15,12 @@ from helpers import TINY_NET, tiny_net
 from safetensors.torch import load_file
 
 from derain.fit import main as fit_main
-from derain.train import DerainLitModule, charbonnier_loss, lit
+from derain.train import CompileTraining, DerainLitModule, callbacks, charbonnier_loss
 
 REPO = Path(__file__).resolve().parents[1]
 
 needs_compiler = pytest.mark.skipif(
-    lit._cpp_compiler() is None, reason="torch.compile on a CPU needs a C++ compiler (g++ or clang++)"
+    callbacks.cpp_compiler() is None, reason="torch.compile on a CPU needs a C++ compiler (g++ or clang++)"
 )
 
 
@@ -37,12 +37,14 @@ def test_the_compiled_step_matches_eager_outputs_and_gradients():
     eager = tiny_net().train()
     compiled = tiny_net().train()
     compiled.load_state_dict(eager.state_dict())
-    module = DerainLitModule(compiled, compile=True)  # puts the network in channels-last, as training does
+    module = DerainLitModule(compiled)  # puts the network in channels-last, as training does
     eager.to(memory_format=torch.channels_last)
-    fast = module.train_net()
-    assert fast is not compiled and fast is module.train_net()  # compiled once, then reused
-    # the wrapper is not a submodule: the checkpoint's keys are the network's own
-    assert all(k.startswith(("net.", "metrics.")) for k in module.state_dict())
+    keys = set(module.state_dict())
+    CompileTraining().on_fit_start(None, module)
+    fast = module.train_forward
+    assert fast is not None and fast is not compiled.forward
+    # the compiled forward is not a submodule: the checkpoint's keys are the network's own
+    assert set(module.state_dict()) == keys and all(k.startswith("net.") for k in keys)
     g = torch.Generator().manual_seed(1)
     for _ in range(2):  # two batches through the same graph
         x = torch.rand(2, 3, 32, 32, generator=g).contiguous(memory_format=torch.channels_last)
@@ -72,7 +74,7 @@ def test_a_run_with_compile_trains_validates_and_exports(tmp_path):
         "--trainer.max_steps=3",
         "--trainer.limit_val_batches=1",
         f"--trainer.default_root_dir={tmp_path}",
-        "--model.compile=true",
+        "--trainer.callbacks+=derain.train.CompileTraining",
         "--data.num_workers=0",
         "--data.synthesis.length=6",
         "--data.synthesis.val_length=1",
@@ -88,6 +90,7 @@ def test_a_run_with_compile_trains_validates_and_exports(tmp_path):
 def test_compile_without_a_cpp_compiler_is_refused_before_training(monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    module = DerainLitModule(tiny_net().train(), compile=True)
-    with pytest.raises(RuntimeError, match=r"model\.compile needs a C\+\+ compiler"):
-        module.on_fit_start()
+    module = DerainLitModule(tiny_net().train())
+    with pytest.raises(RuntimeError, match=r"CompileTraining needs a C\+\+ compiler"):
+        CompileTraining().on_fit_start(None, module)
+    assert module.train_forward is None

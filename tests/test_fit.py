@@ -22,7 +22,7 @@ from derain.fit import main as fit_main
 from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
-from derain.weights import WeightsError
+from derain.weights import WeightsError, load_net
 from derain.weights.provenance import read_provenance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,6 +108,28 @@ def test_the_command_line_is_read_not_rewritten(monkeypatch, capsys) -> None:
     with pytest.raises(SystemExit):
         derain_main(argv[1:])
     assert sys.argv == argv and "trainer:" in capsys.readouterr().out
+
+
+def test_moved_options_are_one_line_errors_naming_the_new_spelling(tmp_path, capsys):
+    old_run = tmp_path / "config.yaml"  # a run folder's config, saved before the options moved
+    old_run.write_text(
+        "trainer:\n  callbacks:\n    - class_path: derain.monitor.AttentionMonitor\n"
+        "model:\n  ema_decay: 0.999\n  lr: 0.001\n"
+    )
+    assert fit_main(["--config", str(old_run), "--trainer.max_steps=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {old_run}: ")
+    assert "derain.monitor.AttentionMonitor is now derain.train.AttentionMonitor" in err
+    assert (
+        "model.ema_decay is now a trainer.callbacks entry, lightning.pytorch.callbacks.EMAWeightAveraging"
+        in err
+    )
+    assert fit_main(["--config", "synthetic.yaml", "--model.init_weights=packaged"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == "error: the command line: model.init_weights is now init_weights (top level: --init_weights FILE)"
+    )
 
 
 @pytest.mark.slow
@@ -232,6 +254,46 @@ def test_fit_tests_the_best_checkpoint_and_prints_the_table(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_an_averaged_run_tests_and_exports_the_average(tmp_path, capsys):
+    root, run = tmp_path / "Rain", tmp_path / "run"
+    make_folder(root / "train", n=4)
+    make_folder(root / "test", n=2, seed=1)
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.pairs.root={root}",
+        "--data.pairs.val_fraction=0.25",
+        "--data.pairs.drop_test_overlap=false",
+        "--data.patch_size=32",
+        "--data.batch_size=3",
+        "--data.num_workers=0",
+        "--trainer.max_steps=4",
+        "--trainer.accelerator=cpu",
+        "--model.lr=0.02",
+        "--model.warmup_steps=0",
+        "--trainer.callbacks+=EMAWeightAveraging",
+        "--trainer.callbacks.decay=0.5",
+    ]
+    assert fit_main(args) == 0
+    out = capsys.readouterr().out
+    derained = out[out.index("Test (2 pairs)") :].splitlines()[2].split()
+    best = torch.load(next((run / "checkpoints").glob("best-*.ckpt")), weights_only=True)
+    average, raw = best["state_dict"]["net.embed.1.weight"], best["current_model_state"]["net.embed.1.weight"]
+    assert not torch.allclose(average, raw)
+    net = load_net(run / "model.safetensors")
+    assert torch.equal(net.state_dict()["embed.1.weight"], average)  # the export is the average
+    metrics = DerainMetrics()  # ... and so is what the test scored (not the raw weights kept for resuming)
+    with torch.no_grad():
+        for name in ("000.png", "001.png"):
+            rain, clean = (to_tensor(read_rgb(root / "test" / s / name))[None] for s in ("rain", "norain"))
+            metrics.update(net.eval()(rain).clamp(0, 1), clean)
+    scores = metrics.compute()
+    assert float(derained[1]) == pytest.approx(float(scores["psnr_y"]), abs=0.011)
+    assert float(derained[2]) == pytest.approx(float(scores["ssim_y"]), abs=1.1e-4)
+
+
+@pytest.mark.slow
 def test_missing_data_root_exits_2_with_one_clear_message(tmp_path):
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
     proc = subprocess.run(
@@ -282,7 +344,7 @@ def test_nan_loss_stops_with_the_step(tmp_path, capsys):
 def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
     args = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={tmp_path}"]
     args += ["--data.synthesis.builtin_photos=true", "--data.synthesis.length=8"]
-    assert fit_main([*args, f"--model.init_weights={tmp_path / 'nope.safetensors'}"]) == 2
+    assert fit_main([*args, f"--init_weights={tmp_path / 'nope.safetensors'}"]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "nope.safetensors" in err and "Traceback" not in err
 

@@ -44,7 +44,6 @@ LAYERS = {
     "derain.recipe": 5,  # runs a recipe's stages through derain.fit
     "derain.cli": 5,
     "derain.__main__": 5,
-    "derain.monitor": 6,  # an old import path kept for configs (a re-export): nothing in derain imports it
 }
 """Each module's layer, by the longest prefix of its name (``derain`` itself only by name): a module imports only
 modules of its layer or below."""

@@ -5,6 +5,7 @@ import lightning as L
 import pytest
 import torch
 from helpers import three_level_net
+from lightning.pytorch.callbacks import EMAWeightAveraging
 from torch.utils.data import DataLoader
 
 from derain.models import AgentAttention
@@ -62,16 +63,19 @@ def test_ratio_weight_logs_use_the_weights_as_applied():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ema_decay", [0.0, 0.9])  # with a moving average, validation runs (and logs) that
-def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path, ema_decay):
+@pytest.mark.parametrize(
+    "averaged", [False, True]
+)  # with EMAWeightAveraging, validation runs (and logs) that
+def test_monitor_callback_logs_in_a_fast_dev_run(tmp_path, averaged):
     torch.manual_seed(0)
     batch = {"rain": torch.rand(3, 24, 24), "clean": torch.rand(3, 24, 24), "name": "x"}
     loader = DataLoader([batch, batch], batch_size=2)
-    model = DerainLitModule(tiny(), sample_images=0, warmup_steps=1, ema_decay=ema_decay)
+    model = DerainLitModule(tiny(), warmup_steps=1)
     monitor = AttentionMonitor()
+    averaging = [EMAWeightAveraging(decay=0.9)] if averaged else []
     trainer = L.Trainer(
         fast_dev_run=1,
-        callbacks=[monitor],
+        callbacks=[*averaging, monitor],
         default_root_dir=tmp_path,
         accelerator="cpu",
         enable_progress_bar=False,

@@ -27,16 +27,16 @@ def stage_config(stage) -> dict:
 
 def test_every_stage_starts_from_the_previous_stages_output() -> None:
     first, *rest = RECIPE.stages
-    assert first.input is None and "init_weights" not in stage_config(first)["model"]
+    assert first.input is None and "init_weights" not in stage_config(first)
     for before, stage in zip(RECIPE.stages[:-1], rest, strict=True):
         assert stage.input == before.output, stage.name  # path and sha256
-        assert stage_config(stage)["model"]["init_weights"] == stage.input.path, stage.name
+        assert stage_config(stage)["init_weights"] == stage.input.path, stage.name
 
 
 def test_each_stage_config_is_whole_and_writes_the_recorded_output() -> None:
     for stage in RECIPE.stages:
         config = stage_config(stage)
-        assert "packaged" not in str(config["model"].get("init_weights")), stage.name
+        assert "packaged" not in str(config.get("init_weights")), stage.name
         assert Path(config["trainer"]["default_root_dir"]) / "model.safetensors" == Path(stage.output.path)
         export = config["export_from"]  # the checkpoint fit exports is the one the history records
         assert stage.checkpoint == ("last.ckpt" if export == "last" else export) or export == "best", (
@@ -81,7 +81,7 @@ def tiny_recipe(tmp_path: Path, second_input_sha: str | None) -> tuple[Path, str
     out_a = save_net(tiny_net(seed=1), tmp_path / "runs" / "a" / "model.safetensors")
     sha = tensors_sha256(out_a)
     (tmp_path / "a.yaml").write_text("model:\n  lr: 0.001\n")
-    (tmp_path / "b.yaml").write_text(f"model:\n  init_weights: {out_a}\n")
+    (tmp_path / "b.yaml").write_text(f"init_weights: {out_a}\n")
     manifest = {
         "name": "tiny",
         "stages": [

@@ -4,7 +4,9 @@ Ctrl+C or SIGTERM.
 Lightning's own ``ModelCheckpoint(save_last=True)`` writes ``last`` only when it writes a top-k checkpoint at the
 same step, which would make a resumed run lose progress; :class:`LastCheckpoint` is a small callback of its own,
 through Lightning's public ``Checkpoint`` base class (so the trainer runs it after the other callbacks, whose
-state it saves) and ``Trainer.save_checkpoint``.
+state it saves) and ``Trainer.save_checkpoint``. With Lightning's ``WeightAveraging`` the checkpoint keeps the
+raw weights for resuming (``current_model_state``) beside the average; only the one written when training ends
+holds the average as both, since the callback copies it into the module then.
 """
 
 from __future__ import annotations

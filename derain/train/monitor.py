@@ -32,13 +32,10 @@ __all__ = ["AttentionMonitor", "agent_entropies", "agent_layers", "ratio_weight_
 
 
 def _network(module: nn.Module) -> nn.Module:
-    """The plain network that validation runs inside a LightningModule: its moving average (``.ema``) when it
-    keeps one, else ``.net``; else the module itself. Names stay short (relative to that network)."""
-    for attr in ("ema", "net"):
-        net = getattr(module, attr, None)
-        if isinstance(net, nn.Module):
-            return net
-    return module
+    """The plain network inside a LightningModule (``.net``; with weight averaging, validation swaps the average
+    into it), else the module itself. Names stay short (relative to that network)."""
+    net = getattr(module, "net", None)
+    return net if isinstance(net, nn.Module) else module
 
 
 def agent_layers(module: nn.Module) -> dict[str, AgentAttention]:

@@ -5,7 +5,8 @@ A weights file is a safetensors file that holds the network's state dict as tens
 LightningCLI writes it (``derain.models.network_record``): :func:`load_net` builds whatever class it names. Files
 of the older ``derain-net-v1`` format (a ``config`` of ``DerainNet`` arguments) still load. A Lightning checkpoint
 of ``DerainLitModule`` loads too: it keeps the record under :data:`CHECKPOINT_KEY` and the weights under the
-``net.`` (or, when a moving average was kept, ``ema.``) prefix. The weights that ship with derain are this
+``net.`` prefix (with Lightning's ``WeightAveraging``, its ``state_dict`` holds the average; checkpoints of the
+earlier hand-written average hold that under ``ema.``). The weights that ship with derain are this
 folder's ``derain-small.safetensors`` (:func:`packaged_weights`).
 
 Example:
@@ -57,8 +58,10 @@ CHECKPOINT_KEY = "derain_net"
 """Where a ``DerainLitModule`` checkpoint keeps the network's record."""
 
 CHECKPOINT_PREFIXES = ("ema.", "net.")
-"""The state-dict prefixes of a ``DerainLitModule`` checkpoint's networks (its ``ema`` and ``net`` attributes), in
-the order they are preferred: the moving average, when kept, is what the run validated."""
+"""The state-dict prefixes of a ``DerainLitModule`` checkpoint's networks, in the order they are preferred:
+``ema.``, the moving average of checkpoints written with the earlier ``model.ema_decay``, is what such a run
+validated; else ``net.`` (with Lightning's ``WeightAveraging``, the average: the callback puts it in the
+``state_dict`` and the raw weights under ``current_model_state``)."""
 
 PACKAGED_WEIGHTS = "derain-small.safetensors"
 """File name of the weights that ship inside the package, under ``derain/weights/``."""
@@ -94,8 +97,9 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
     """The network state dict and record (``class_path``, ``init_args``) from a Lightning checkpoint (safe
     loader).
 
-    The moving average of the weights (``ema.*``, when trained with ``ema_decay``) is preferred: it is what the
-    run validated; otherwise the ``net.*`` weights. The prefix is removed.
+    The weights the run validated: the ``state_dict``'s ``net.*`` (with Lightning's ``WeightAveraging``, the
+    average; the raw weights under ``current_model_state`` are not read), or, in a checkpoint written with the
+    earlier ``model.ema_decay``, its moving average ``ema.*``. The prefix is removed.
     """
     ckpt_path = Path(ckpt_path)
     try:
