@@ -247,11 +247,39 @@ def atomic_output(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
         raise
 
 
-def default_file_mode() -> int:
-    """The mode a plain ``open(path, "w")`` would give a new file (0666 minus the umask)."""
-    umask = os.umask(0)
+def _umask_from_proc() -> int | None:
+    """The process umask as Linux reports it (``Umask:`` in ``/proc/self/status``, since 4.7); None elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _umask_at_import() -> int:
+    """The umask, read the only portable way (set it and set it back), once, while the package is imported."""
+    umask = os.umask(0o077)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+_IMPORT_UMASK = _umask_from_proc()
+if _IMPORT_UMASK is None:
+    _IMPORT_UMASK = _umask_at_import()
+
+
+def default_file_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give a new file (0666 minus the umask).
+
+    The umask is read without changing it (Linux's ``/proc/self/status``); elsewhere it is the umask at import.
+    Setting it and setting it back on every call would give any file or folder that another thread makes in
+    between the modes 0666 or 0777 (the web page derains in worker threads).
+    """
+    umask = _umask_from_proc()
+    return 0o666 & ~(_IMPORT_UMASK if umask is None else umask)
 
 
 def to_tensor(image: np.ndarray) -> Tensor:

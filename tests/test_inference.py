@@ -403,6 +403,47 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == default_file_mode()
 
 
+def test_atomic_writes_leave_other_threads_files_their_modes(tmp_path: Path) -> None:
+    """Every atomic write asks for the umask; asking must not change it, even for an instant: a file or folder
+    that another thread (the page's workers) makes meanwhile would get mode 0666 or 0777."""
+    import os
+    import stat
+    import threading
+
+    from derain.io import default_file_mode
+
+    old_umask = os.umask(0o022)
+    stop, asked = threading.Event(), set()
+
+    def ask() -> None:
+        while not stop.is_set():
+            asked.add(oct(default_file_mode()))
+
+    threads = [threading.Thread(target=ask)]
+    modes = set()
+    try:
+        for thread in threads:
+            thread.start()
+        for i in range(600):
+            (tmp_path / f"f{i}").touch()
+            (tmp_path / f"d{i}").mkdir()
+            modes.add(oct(stat.S_IMODE((tmp_path / f"f{i}").stat().st_mode)))
+            modes.add(oct(stat.S_IMODE((tmp_path / f"d{i}").stat().st_mode)))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        os.umask(old_umask)
+    assert (modes, asked) == ({"0o644", "0o755"}, {"0o644"})
+
+
+def test_the_umask_without_proc_is_the_one_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    from derain import io
+
+    monkeypatch.setattr(io, "_umask_from_proc", lambda: None)
+    assert io.default_file_mode() == 0o666 & ~io._IMPORT_UMASK
+
+
 # ------------------------------------------------------------------------------------------------ timing
 
 
