@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import report
-from infer import photos
+from common import photos, report
 
 from derain.inference import load_model, restore
 from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
