@@ -33,7 +33,7 @@ from derain.inference.video import (
     video_output_suffix,
     video_support,
 )
-from derain.io import IMAGE_SUFFIXES, ImageReadError, to_8bit, write_image_atomic
+from derain.io import IMAGE_SUFFIXES, ImageReadError, list_files, to_8bit, write_image_atomic
 
 __all__ = [
     "Plan",
@@ -98,18 +98,9 @@ def is_video(path: Path) -> bool:
 
 
 def find_inputs(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
-    """Image and video files under ``in_dir`` (by suffix, hidden files left out), sorted, and the count of
-    other files."""
-    candidates = in_dir.rglob("*") if recursive else in_dir.iterdir()
-    images, ignored = [], 0
-    for path in candidates:
-        if not path.is_file() or any(part.startswith(".") for part in path.relative_to(in_dir).parts):
-            continue
-        if path.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES:
-            images.append(path)
-        else:
-            ignored += 1
-    return sorted(images, key=lambda p: p.relative_to(in_dir).as_posix()), ignored
+    """Image and video files under ``in_dir`` (by suffix, hidden files left out), in natural order
+    (:func:`derain.io.list_files`), and the count of other files."""
+    return list_files(in_dir, IMAGE_SUFFIXES + VIDEO_SUFFIXES, recursive=recursive)
 
 
 def output_path(path: Path, in_dir: Path, out_dir: Path, fmt: str) -> Path:

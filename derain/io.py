@@ -23,6 +23,7 @@ __all__ = [
     "exif_orientation",
     "exif_transpose",
     "image_size",
+    "list_files",
     "list_images",
     "natural_key",
     "read_image",
@@ -42,14 +43,31 @@ def natural_key(text: str) -> list[Any]:
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", text)]
 
 
-def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
-    """Image files in ``folder`` (by suffix, hidden files skipped), naturally sorted."""
+def list_files(
+    folder: str | os.PathLike, suffixes: tuple[str, ...] = IMAGE_SUFFIXES, *, recursive: bool = False
+) -> tuple[list[Path], int]:
+    """The package's one file lister: the files in ``folder`` whose suffix is one of ``suffixes`` (any case), in
+    natural order of their path under ``folder`` (``2.png`` before ``10.png``), and the count of other files.
+
+    Hidden files, and with ``recursive`` everything in hidden folders (``.ipynb_checkpoints/``, macOS ``._x.jpg``),
+    are left out and not counted.
+    """
     folder = Path(folder)
-    files = folder.rglob("*") if recursive else folder.iterdir()
-    images = [
-        p for p in files if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") and p.is_file()
-    ]
-    return sorted(images, key=lambda p: natural_key(str(p.relative_to(folder))))
+    found, others = [], 0
+    for path in folder.rglob("*") if recursive else folder.iterdir():
+        rel = path.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            continue
+        if path.suffix.lower() in suffixes:
+            found.append(path)
+        else:
+            others += 1
+    return sorted(found, key=lambda p: natural_key(p.relative_to(folder).as_posix())), others
+
+
+def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
+    """Image files in ``folder`` (by suffix, hidden files skipped), naturally sorted (:func:`list_files`)."""
+    return list_files(folder, IMAGE_SUFFIXES, recursive=recursive)[0]
 
 
 class ImageReadError(ValueError):
