@@ -193,7 +193,7 @@ def test_usage_errors_exit_2(photos: Path, tiny_weights: Path, capsys: pytest.Ca
     assert main([str(photos), str(photos.parent / "o"), "--weights", str(photos / "none.safetensors")]) == 2
     assert "none.safetensors does not exist" in capsys.readouterr().err
     assert main([str(photos), str(photos.parent / "o"), "--tile", "16", "--overlap", "16"]) == 2
-    assert "0 <= overlap < tile, got --tile 16 --overlap 16" in capsys.readouterr().err
+    assert "0 <= overlap < tile, got tile=16, overlap=16" in capsys.readouterr().err
     assert not (photos.parent / "o").exists()
     good = photos / "good.png"
     before = good.read_bytes()

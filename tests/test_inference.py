@@ -20,7 +20,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from derain.inference import (
+    DEFAULT_TILE,
+    MAX_PIXELS_UNTILED,
     WEIGHTS_FORMAT,
+    RestoreOptions,
     WeightsError,
     WeightsNotFoundError,
     blend_window,
@@ -30,7 +33,7 @@ from derain.inference import (
     tile_starts,
     timing,
 )
-from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
+from derain.inference.timing import SpeedEstimate
 from derain.io import ImageReadError, image_size, read_rgb, to_rgb8
 from derain.models import DerainNet, network_record
 
@@ -170,8 +173,28 @@ def test_restore_rejects_bad_input(tiny_net: DerainNet) -> None:
         restore(tiny_net, np.zeros((8, 8, 3), np.float32))
     with pytest.raises(ValueError, match=r"got \(8, 8, 2\)"):
         restore(tiny_net, np.zeros((8, 8, 2), np.uint8))
-    with pytest.raises(ValueError, match=r"overlap \(64\) should be smaller than tile \(64\)"):
+    with pytest.raises(ValueError, match=r"need tile >= 0 and 0 <= overlap < tile, got tile=64, overlap=64"):
         restore(tiny_net, np.zeros((8, 8, 3), np.uint8), tile=64, overlap=64)
+
+
+def test_restore_options_are_checked_once_and_passed_down_whole(tiny_net: DerainNet) -> None:
+    """``RestoreOptions`` is the one tiling check (what the commands build); ``restore`` takes it instead of its
+    three keywords, with the same result."""
+    with pytest.raises(ValueError, match=r"got tile=None, overlap=512"):  # None tiles large images by 512
+        RestoreOptions(overlap=512)
+    with pytest.raises(ValueError, match=r"got tile=-1, overlap=32"):
+        RestoreOptions(tile=-1)
+    with pytest.raises(ValueError, match=r"ensemble should be one of \[1, 2, 4\], got 3"):
+        RestoreOptions(ensemble=3)
+    assert RestoreOptions(tile=0, overlap=600).tile_for(10**7) == 0  # never tiled: any overlap
+    assert RestoreOptions().tile_for(MAX_PIXELS_UNTILED + 1) == DEFAULT_TILE
+    image = smooth_image(40, 56)
+    options = RestoreOptions(tile=32, overlap=8, ensemble=2)
+    assert np.array_equal(
+        restore(tiny_net, image, options=options), restore(tiny_net, image, tile=32, overlap=8, ensemble=2)
+    )
+    with pytest.raises(TypeError, match="either in options or on their own"):
+        restore(tiny_net, image, options=options, tile=16)
 
 
 def test_restore_leaves_model_mode_alone(tiny_net: DerainNet) -> None:
@@ -466,7 +489,7 @@ def test_the_start_up_reading_is_a_warm_up_then_a_median(monkeypatch: pytest.Mon
     monkeypatch.setattr(
         timing, "time", SimpleNamespace(perf_counter=lambda: model.clock)
     )  # the model's clock
-    speed = SpeedEstimate.measure(model, tile=None, overlap=32, rounds=3)
+    speed = SpeedEstimate.measure(model, rounds=3)
     assert model.calls == 4  # the warm-up and three timed passes
     h, w = SpeedEstimate.CALIBRATION
     assert speed.per_megapixel == pytest.approx(0.02 / (h * w / 1e6))
@@ -487,12 +510,8 @@ def test_the_estimate_follows_the_measured_photos() -> None:
     assert speed.per_megapixel == 0.5
 
 
-def test_auto_quality_is_best_only_within_the_limit_at_one_megapixel() -> None:
-    assert BEST_DEFAULT_MAX_S == 3.0
-    assert SpeedEstimate(0.75).auto_quality(4) == "best"  # 3 s for 4 passes
-    assert SpeedEstimate(0.76).auto_quality(4) == "fast"
-    assert SpeedEstimate(1.5).auto_quality(2) == "best"
+def test_the_estimate_refuses_readings_that_cannot_be() -> None:
     with pytest.raises(ValueError, match="need per_megapixel > 0 and window >= 1, got 0.0 and 9"):
         SpeedEstimate(0.0)
     with pytest.raises(ValueError, match="rounds should be >= 1, got 0"):
-        SpeedEstimate.measure(Slow([0.0]), tile=None, overlap=32, rounds=0)
+        SpeedEstimate.measure(Slow([0.0]), rounds=0)
