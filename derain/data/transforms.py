@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 from torch.utils.data import ConcatDataset, get_worker_info
 
-from derain.synth.transplant import turn_steps
+from derain.synth.transplant import seed_steps, turn_steps
 
 __all__ = ["Seeded", "crop_transform", "seed_worker"]
 
@@ -50,7 +50,7 @@ class Seeded:
         """Start this process's stream (``DerainDataModule``'s ``worker_init_fn`` calls it in every worker)."""
         self.rng = np.random.default_rng([self.seed, self.SALT, worker_seed, rank])
         if self.transform is not None:
-            self.transform.set_random_seed(int(self.rng.integers(2**31)))
+            seed_steps(self.transform, self.rng)
 
 
 def seed_worker(worker_id: int, rank: int = 0) -> None:
