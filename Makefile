@@ -1,5 +1,6 @@
 # `make fit`: train the embedded default (synthetic rain on photos shipped inside installed packages).
-# `make test`: lint, format check, then the test suite. Both create .venv and install on first use.
+# `make test`: lint, format check, the import rules (import-linter's contracts in pyproject.toml), then the test
+# suite. Both create .venv and install on first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
@@ -23,6 +24,7 @@ fit: install
 test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: install

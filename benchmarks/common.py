@@ -1,25 +1,23 @@
-"""Helpers shared by the benchmark scripts: peak-memory measurement, the printed report, and for the scripts that
-compare weights side by side: loading them, the recipe's seeded hold-out, paired differences."""
+"""What the speed benchmarks share: peak-memory measurement, the test photos, and the printed report.
+
+The scripts import it as ``common``: a script's own folder is the first entry of ``sys.path`` (``python
+benchmarks/page.py`` from any folder), so no script imports another one, and nothing depends on the working folder.
+"""
 
 from __future__ import annotations
 
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 
-from derain import load_model
-from derain.data.split import seeded_share
-from derain.evaluate import spread
-from derain.pairing import Pair, find_pairs
-from derain.weights import WeightsError
-
-VAL_FRACTION, DATA_SEED = 0.2, 0
-"""The shipped recipe's validation hold-out (``val_fraction``, data ``seed``: configs/derain-small/stage1.yaml)."""
+EXAMPLES = Path(__file__).resolve().parents[1] / "datasets" / "examples"
+"""The shipped rainy example photos the benchmarks time."""
 
 
 def yardstick(repeats: int = 3) -> float:
@@ -71,30 +69,14 @@ def report(rows: list[tuple[str, str]], result: dict) -> None:
     print("RESULT " + json.dumps(values))
 
 
-def load_weights(paths: Sequence[str]) -> list[torch.nn.Module]:
-    """Each weights file as a network on the CPU; one that does not load exits with a line naming it."""
-    models = []
-    for path in paths:
-        try:
-            models.append(load_model(path, device="cpu"))
-        except (WeightsError, OSError, RuntimeError) as err:
-            raise SystemExit(f"error: weights {path} do not load: {err}") from None
-    return models
-
-
-def held_out(folder: Path) -> list[Pair]:
-    """The pairs of ``folder`` that the recipe's seeded hold-out keeps for validation (``val_from``)."""
-    pairs = find_pairs(folder)
-    return [pairs[i] for i in seeded_share(len(pairs), VAL_FRACTION, DATA_SEED)]
-
-
-def paired_difference(values: Sequence[float], base: Sequence[float]) -> dict:
-    """Per-item ``values − base``: mean, standard deviation, 95 % bootstrap interval, and how many are above 0."""
-    diffs = [{"d": a - b} for a, b in zip(values, base, strict=True)]
-    stats = spread(diffs, "d")
-    return {
-        "mean": float(np.mean([d["d"] for d in diffs])),
-        "std": stats["std"],
-        "ci95": stats["ci95"],
-        "wins": int(sum(d["d"] > 0 for d in diffs)),
-    }
+def photos(count: int, size: tuple[int, int]) -> list[np.ndarray]:
+    """``count`` RGB photos of ``size`` (h, w) from the shipped rainy examples, resized and flipped."""
+    sources = [cv2.imread(str(p))[:, :, ::-1] for p in sorted(EXAMPLES.glob("*.jpg"))]
+    if not sources:
+        rng = np.random.default_rng(0)
+        sources = [cv2.GaussianBlur((rng.random((*size, 3)) * 255).astype(np.uint8), (0, 0), 2)]
+    out = []
+    for i in range(count):
+        img = cv2.resize(sources[i % len(sources)], (size[1], size[0]), interpolation=cv2.INTER_AREA)
+        out.append(np.ascontiguousarray(img[:, ::-1] if (i // len(sources)) % 2 else img))
+    return out

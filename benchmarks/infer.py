@@ -39,7 +39,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import torch
-from common import yardstick
+from common import photos, yardstick
 
 from derain.infer import main as infer_main
 from derain.inference import WeightsNotFoundError, load_model, packaged_weights, restore
@@ -47,24 +47,9 @@ from derain.inference.onnx import OnnxNet, cached_onnx
 from derain.models import DerainNet
 from derain.weights import save_net
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def photos(count: int, size: tuple[int, int]) -> list[np.ndarray]:
-    """``count`` RGB photos of ``size`` (h, w) from the shipped rainy examples, resized and flipped."""
-    sources = [cv2.imread(str(p))[:, :, ::-1] for p in sorted((REPO / "datasets" / "examples").glob("*.jpg"))]
-    if not sources:
-        rng = np.random.default_rng(0)
-        sources = [cv2.GaussianBlur((rng.random((*size, 3)) * 255).astype(np.uint8), (0, 0), 2)]
-    out = []
-    for i in range(count):
-        img = cv2.resize(sources[i % len(sources)], (size[1], size[0]), interpolation=cv2.INTER_AREA)
-        out.append(np.ascontiguousarray(img[:, ::-1] if (i // len(sources)) % 2 else img))
-    return out
 
 
 def resolve_weights(weights: Path | None, workdir: Path) -> tuple[Path, str]:

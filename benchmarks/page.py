@@ -6,7 +6,7 @@ the page's start-up estimate said they would take.
 Times ``restore`` on a 1-megapixel photo (the examples resized to 1155×866) with ``ensemble`` 1 and
 ``--ensemble``, interleaved rounds after a warm-up, the median of each and their ratio; then the page's
 ``SpeedEstimate`` (``derain.inference.timing``: its start-up reading) for the same photo and which quality
-``--quality auto`` would make the page's default (``BEST_DEFAULT_MAX_S``). Prints a table, then one ``RESULT``
+``--quality auto`` would make the page's default (``derain.page.auto_quality``, ``BEST_DEFAULT_MAX_S``). Prints a table, then one ``RESULT``
 JSON line. Imports no gradio.
 """
 
@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import report
-from infer import photos
+from common import photos, report
 
 from derain.inference import load_model, restore
-from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
+from derain.inference.timing import SpeedEstimate
+from derain.page import BEST_DEFAULT_MAX_S, auto_quality
 
 SIZE = (866, 1155)  # 1.0 megapixel, the examples' 4:3
 
@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     model = load_model(args.weights, device=args.device)
     photo = photos(1, SIZE)[0]
-    estimate = SpeedEstimate.measure(model, tile=None, overlap=32)  # what the page measures at start-up
+    estimate = SpeedEstimate.measure(model)  # what the page measures at start-up (its default tiling)
     restore(model, photo)  # warm-up at this size
     times: dict[str, list[float]] = {"fast": [], "best": []}
     for _ in range(args.rounds):
@@ -47,7 +47,7 @@ def main() -> None:
     pixels = SIZE[0] * SIZE[1]
     predicted = {"fast": estimate.seconds(pixels), "best": estimate.seconds(pixels, args.ensemble)}
     one_mp_best = estimate.seconds(10**6, args.ensemble)
-    default = estimate.auto_quality(args.ensemble)
+    default = auto_quality(estimate, args.ensemble)
     rows = [
         ("photo", f"{SIZE[1]}×{SIZE[0]} ({pixels / 1e6:.2f} MP), device {args.device}"),
         ("Fast (1 pass), measured", f"{med['fast']:.2f} s"),

@@ -1,12 +1,12 @@
 """Video benchmark: frames per second at 480p for both backends, and flicker on static rainy scenes.
 
-    python benchmarks/video.py [--weights FILE] [--onnx FILE] [--frames 12] [--data ../shared/data]
+    DERAIN_DATA=../shared/data python benchmarks/video.py [--weights FILE] [--onnx FILE] [--frames 12] [--data DIR]
 
 1. Frames per second of ``derain.inference.video.derain_video`` on an 854×480 H.264 clip (an example photo panned by 3
    pixels a frame, procedural heavy rain rendered anew on every frame), torch eager against onnxruntime
    (``--onnx`` or the weights exported once into the cache), decoding and encoding included.
-2. Flicker: on the real webcam scenes of ``gtrain-webcam-pairs`` (4–7 rainy frames of one fixed camera each),
-   the mean absolute change of luma (8-bit levels) between consecutive frames, for the rainy input and the
+2. Flicker: on the real webcam scenes of ``gtrain-webcam-pairs`` (4–7 rainy frames of one fixed camera each; in
+   ``--data``, default ``$DERAIN_DATA``, skipped without either), the mean absolute change of luma (8-bit levels) between consecutive frames, for the rainy input and the
    derained output. Rain that differs from frame to frame is most of the input's flicker; a derained static
    scene should change less.
 3. Temporal smoothing, the candidate: an exponential moving average of the derained frames (weight ``a`` on the
@@ -20,6 +20,7 @@ Prints a table, then one ``RESULT {...}`` JSON line.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import tempfile
 import time
@@ -37,7 +38,6 @@ from derain.inference.video import derain_video
 from derain.synth import add_rain
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data"
 
 
 def luma(image: np.ndarray) -> np.ndarray:
@@ -97,7 +97,12 @@ def main() -> None:
     parser.add_argument("--weights", type=Path, default=None, help="default: the packaged weights")
     parser.add_argument("--onnx", type=Path, default=None, help="ONNX file of --weights (default: cached)")
     parser.add_argument("--frames", type=int, default=12, help="frames of the 480p clip")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with gtrain-webcam-pairs")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=os.environ.get("DERAIN_DATA"),
+        help="folder with gtrain-webcam-pairs (default: $DERAIN_DATA)",
+    )
     parser.add_argument("--alphas", default="0.5,0.7", help="EMA weights of the new frame to try")
     args = parser.parse_args()
     weights = args.weights or packaged_weights()
@@ -145,7 +150,8 @@ def main() -> None:
                 rows.append((f"pan {step} px/frame: PSNR with EMA a={a}", f"{value:.2f} dB ({gain:+.2f})"))
 
     scenes: dict[str, list[Path]] = defaultdict(list)
-    for path in sorted((args.data / "gtrain-webcam-pairs" / "rain").glob("*-R-*.png")):
+    webcam = None if args.data is None else Path(args.data) / "gtrain-webcam-pairs"
+    for path in sorted((webcam / "rain").glob("*-R-*.png")) if webcam else []:
         scenes[re.sub(r"-R-\d+$", "", path.stem)].append(path)
     if scenes:
         per = defaultdict(list)
@@ -168,7 +174,8 @@ def main() -> None:
         for a in alphas:
             rows.append((f"flicker with EMA a={a}", f"{result[f'flicker_ema{a}']:.2f} levels"))
     else:
-        rows.append(("flicker", f"skipped: no {args.data / 'gtrain-webcam-pairs'}"))
+        where = "no --data and no $DERAIN_DATA" if webcam is None else f"no scenes in {webcam / 'rain'}"
+        rows.append(("flicker", f"skipped: {where}"))
     report(rows, result)
 
 

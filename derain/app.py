@@ -28,17 +28,9 @@ import torch
 from torch import nn
 
 from derain import arguments
-from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
+from derain.inference.timing import SpeedEstimate
 from derain.models import DerainNet
-from derain.page import (
-    MAX_MEGAPIXELS,
-    MAX_QUEUE,
-    MAX_VIDEO_SECONDS,
-    QUALITIES,
-    PageHandlers,
-    PageSettings,
-    RequestError,
-)
+from derain.page import PageHandlers, PageSettings, RequestError
 from derain.resources import shipped_folder
 
 EXAMPLES_DIR = shipped_folder("examples", "datasets/examples")
@@ -146,16 +138,13 @@ def build_app(
     Args:
         model: the deraining network (see :func:`derain.inference.load_model`).
         settings: the page's options (default: ``PageSettings()``).
-        speed: where the expected times start; ``None`` measures ``model`` now
-            (:meth:`SpeedEstimate.measure`).
+        speed: where the expected times start; ``None``: the page measures ``model`` now (:class:`PageHandlers`).
 
     Returns:
         The ``gr.Blocks`` app; its click events are exposed to API clients as ``/derain`` (photo),
         ``/expected`` and ``/derain_video``.
     """
     settings = settings or PageSettings()
-    if speed is None:
-        speed = SpeedEstimate.measure(model, tile=settings.tile, overlap=settings.overlap)
     handlers = PageHandlers(model, settings, speed)
     with gr.Blocks(title="derain", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(
@@ -176,41 +165,19 @@ def build_parser(prog: str = "python -m derain.app") -> argparse.ArgumentParser:
     arguments.add_model_arguments(parser, scope="photo", ensemble=False)
     random_help = "use an untrained network (page layout demos and tests only)"
     parser.add_argument("--random-weights", action="store_true", help=random_help)
-    parser.add_argument(
-        "--ensemble",
-        type=int,
-        choices=(2, 4),
-        default=4,
-        help="Best quality's passes: the average over this many upright flips (default 4)",
-    )
-    parser.add_argument(
-        "--quality",
-        choices=QUALITIES,
-        default="auto",
-        help=f"the page's default quality (default auto: Best when it takes at most {BEST_DEFAULT_MAX_S:g} s for "
-        "1 megapixel here, else Fast)",
-    )
-    parser.add_argument("--max-megapixels", type=float, default=MAX_MEGAPIXELS, help="largest photo accepted")
-    parser.add_argument(
-        "--max-video-seconds",
-        type=float,
-        default=MAX_VIDEO_SECONDS,
-        help=f"longest clip the video tab accepts (default {MAX_VIDEO_SECONDS:g})",
-    )
-    parser.add_argument("--concurrency", type=int, default=1, help="photos derained at once (default 1)")
-    parser.add_argument(
-        "--max-queue",
-        type=int,
-        default=MAX_QUEUE,
-        help=f"requests allowed to wait; more are told the queue is full (default {MAX_QUEUE})",
-    )
+    arguments.add_settings_arguments(parser, PageSettings)
     return parser
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m derain.app") -> int:
     """Start the server; returns 2 with a message when no weights can be loaded."""
     args = build_parser(prog).parse_args(argv)
-    warning = None
+    try:  # the options first: a bad one is reported before any weights load
+        settings = arguments.settings_from_args(
+            PageSettings, args, warning=UNTRAINED_WARNING if args.random_weights else None
+        )
+    except arguments.UsageError as err:
+        return arguments.usage_error(err)
     if args.random_weights:
         print(
             "WARNING: --random-weights: the network is UNTRAINED; its output is not derained.",
@@ -218,27 +185,12 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.app") -
         )
         torch.manual_seed(0)
         model = DerainNet().to(args.device or "cpu").eval()
-        warning = UNTRAINED_WARNING
     else:
         try:
             model = arguments.model_from_args(args)
         except arguments.UsageError as err:
             hint = "(or start with --random-weights to see the page with an untrained network)"
             return arguments.usage_error(err, hint)
-    try:
-        settings = PageSettings(
-            tile=args.tile,
-            overlap=args.overlap,
-            max_megapixels=args.max_megapixels,
-            concurrency=args.concurrency,
-            max_queue=args.max_queue,
-            ensemble=args.ensemble,
-            quality=args.quality,
-            max_video_seconds=args.max_video_seconds,
-            warning=warning,
-        )
-    except ValueError as err:
-        return arguments.usage_error(err)
     demo = build_app(model, settings)
     demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(EXAMPLES_DIR)])
     return 0

@@ -1,32 +1,40 @@
 """The command-line options that ``derain infer``, ``derain evaluate`` and ``derain app`` share, written once.
 
 ``--weights``, ``--device``, ``--backend`` say which network runs where; ``--tile``, ``--overlap`` and
-``--ensemble`` how ``restore`` runs it. :func:`model_from_args` reads the first three, checks the other two and
-loads the network (:func:`derain.inference.load_model`), or raises a :class:`UsageError` with one line (exit
-status 2): a weights file that is not one, a device torch does not know or cannot use, a backend without its
-extra.
+``--ensemble`` how ``restore`` runs it. :func:`restore_options` makes the last three the
+:class:`~derain.inference.RestoreOptions` the command passes down (checked there, once); :func:`model_from_args`
+reads the first three and loads the network (:func:`derain.inference.load_model`). Either raises a
+:class:`UsageError` with one line (exit status 2): tiling that cannot work, a weights file that is not one, a device
+torch does not know or cannot use, a backend without its extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from derain.extras import MissingExtraError
-from derain.inference import BACKENDS, DEFAULT_BACKEND, DEFAULT_TILE, ENSEMBLE_FLIPS, load_model
+from derain.inference import BACKENDS, DEFAULT_BACKEND, ENSEMBLE_FLIPS, RestoreOptions, load_model
 
 __all__ = [
     "UsageError",
     "add_model_arguments",
+    "add_settings_arguments",
     "check_device",
-    "check_tiling",
     "model_from_args",
+    "restore_options",
+    "settings_from_args",
     "usage_error",
 ]
+
+
+T = TypeVar("T")
 
 
 class UsageError(Exception):
@@ -37,6 +45,31 @@ def usage_error(err: BaseException | str, hint: str = "") -> int:
     """Print ``error: <err>`` (and ``hint`` on the next line) to stderr; the exit status of a usage error, 2."""
     print(f"error: {err}" + (f"\n{hint}" if hint else ""), file=sys.stderr)
     return 2
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, settings: type) -> None:
+    """An option ``--NAME`` for each field of the dataclass ``settings`` whose metadata has a ``help`` (the field
+    declares it once: default, type from the default unless ``type`` is given, ``choices``); read them back with
+    :func:`settings_from_args`."""
+    for f in dataclasses.fields(settings):
+        if "help" in f.metadata:
+            parser.add_argument(
+                "--" + f.name.replace("_", "-"),
+                type=f.metadata.get("type", type(f.default)),
+                default=f.default,
+                choices=f.metadata.get("choices"),
+                help=f.metadata["help"],
+            )
+
+
+def settings_from_args(settings: type[T], args: argparse.Namespace, **given: Any) -> T:
+    """The dataclass ``settings`` made from the parsed options named like its fields, and ``given``; a
+    ``UsageError`` with its ``ValueError``'s message when the values cannot work together."""
+    names = {f.name for f in dataclasses.fields(settings) if f.init} - given.keys()
+    try:
+        return settings(**{name: getattr(args, name) for name in names if name in vars(args)}, **given)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def add_model_arguments(
@@ -86,13 +119,15 @@ def add_model_arguments(
     )
 
 
-def check_tiling(args: argparse.Namespace) -> None:
-    """A ``UsageError`` unless ``--tile`` and ``--overlap`` can work (``tile >= 0``, ``0 <= overlap < tile``)."""
-    tile = DEFAULT_TILE if args.tile is None else args.tile  # what restore will use on a large image
-    if tile < 0 or args.overlap < 0 or (tile and args.overlap >= tile):
-        raise UsageError(
-            f"need tile >= 0 and 0 <= overlap < tile, got --tile {args.tile} --overlap {args.overlap}"
+def restore_options(args: argparse.Namespace, *, ensemble: int | None = None) -> RestoreOptions:
+    """``--tile --overlap --ensemble`` as the :class:`~derain.inference.RestoreOptions` a command passes down
+    (``ensemble``: instead of ``--ensemble``, for a command without it); a ``UsageError`` when they cannot work."""
+    try:
+        return RestoreOptions(
+            tile=args.tile, overlap=args.overlap, ensemble=args.ensemble if ensemble is None else ensemble
         )
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def check_device(device: str | None) -> None:
@@ -106,13 +141,12 @@ def check_device(device: str | None) -> None:
 
 
 def model_from_args(args: argparse.Namespace) -> nn.Module:
-    """The network ``--weights`` records, on ``--device``, run by ``--backend``, once tiling and device are checked.
+    """The network ``--weights`` records, on ``--device``, run by ``--backend``, once the device is checked.
 
     Raises:
-        UsageError: bad tiling, a device that cannot be used, a weights file that cannot be loaded, or a backend
-            whose extra is not installed (one line each).
+        UsageError: a device that cannot be used, a weights file that cannot be loaded, or a backend whose extra
+            is not installed (one line each).
     """
-    check_tiling(args)
     if args.backend == "torch":  # onnxruntime names a device other than the CPU itself
         check_device(args.device)
     try:

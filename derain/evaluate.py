@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from derain import arguments
-from derain.inference import restore
+from derain.inference import RestoreOptions, restore
 from derain.io import list_images, read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.pairing import Matching, match_by_name
@@ -67,10 +67,8 @@ def evaluate(
     clean_dir: Path,
     *,
     model: torch.nn.Module | None = None,
-    tile: int | None = None,
-    overlap: int = 32,
     names: set[str] | None = None,
-    ensemble: int = 1,
+    options: RestoreOptions | None = None,
 ) -> tuple[list[Row], Matching, list[str]]:
     """Score every pair; with ``model``, ``test_dir`` holds rainy inputs that are derained first.
 
@@ -78,10 +76,8 @@ def evaluate(
         test_dir: predictions (``model=None``) or rainy inputs.
         clean_dir: the clean ground truth.
         model: network to run on the rainy inputs; ``None`` scores ``test_dir`` as it is.
-        tile: tile size passed to :func:`derain.inference.restore`.
-        overlap: tile overlap passed to :func:`derain.inference.restore`.
         names: only these pairs (file names or stems of ``test_dir``); ``None`` scores all.
-        ensemble: flips averaged per image, passed to :func:`derain.inference.restore`.
+        options: tiling and ensemble, passed to :func:`derain.inference.restore` (default ``RestoreOptions()``).
 
     Returns:
         One row per scored image (``name``, ``clean``, the ``METRICS`` columns and, with ``model``, ``input_*``
@@ -106,9 +102,7 @@ def evaluate(
                 )
             row: Row = {"name": test_path.name, "clean": clean_path.name}
             if model is not None:
-                row.update(
-                    score_pair(restore(model, test, tile=tile, overlap=overlap, ensemble=ensemble), clean)
-                )
+                row.update(score_pair(restore(model, test, options=options), clean))
                 row.update({f"input_{k}": v for k, v in score_pair(test, clean).items()})
             else:
                 row.update(score_pair(test, clean))
@@ -246,9 +240,10 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluat
     problem = _folder_error(args)
     if problem is not None:
         return arguments.usage_error(problem)
-    model = None
+    model, options = None, None
     if args.rain is not None:
         try:
+            options = arguments.restore_options(args)
             model = arguments.model_from_args(args)
         except arguments.UsageError as err:
             return arguments.usage_error(err)
@@ -262,10 +257,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.evaluat
             test_dir,
             args.clean,
             model=model,
-            tile=args.tile,
-            overlap=args.overlap,
             names=names,
-            ensemble=args.ensemble,
+            options=options,
         )
     except ValueError as err:
         return arguments.usage_error(err)

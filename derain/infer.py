@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from derain import arguments
 from derain.extras import MissingExtraError
-from derain.inference import read_image, restore
+from derain.inference import RestoreOptions, read_image, restore
 from derain.inference.video import (
     VIDEO_SUFFIXES,
     VideoError,
@@ -33,9 +33,10 @@ from derain.inference.video import (
     video_output_suffix,
     video_support,
 )
-from derain.io import IMAGE_SUFFIXES, ImageReadError, to_8bit, write_image_atomic
+from derain.io import IMAGE_SUFFIXES, ImageReadError, list_files, to_8bit, write_image_atomic
 
 __all__ = [
+    "Job",
     "Plan",
     "Summary",
     "find_inputs",
@@ -45,8 +46,9 @@ __all__ = [
     "plan_outputs",
     "run",
     "main",
+    "check_paths",
+    "select_inputs",
 ]
-__all__ += ["select_inputs"]
 
 JPEG_QUALITY = 95
 _DEEP_SUFFIXES = (".png", ".tif", ".tiff")  # formats that hold 16-bit samples through OpenCV
@@ -98,18 +100,9 @@ def is_video(path: Path) -> bool:
 
 
 def find_inputs(in_dir: Path, *, recursive: bool) -> tuple[list[Path], int]:
-    """Image and video files under ``in_dir`` (by suffix, hidden files left out), sorted, and the count of
-    other files."""
-    candidates = in_dir.rglob("*") if recursive else in_dir.iterdir()
-    images, ignored = [], 0
-    for path in candidates:
-        if not path.is_file() or any(part.startswith(".") for part in path.relative_to(in_dir).parts):
-            continue
-        if path.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES:
-            images.append(path)
-        else:
-            ignored += 1
-    return sorted(images, key=lambda p: p.relative_to(in_dir).as_posix()), ignored
+    """Image and video files under ``in_dir`` (by suffix, hidden files left out), in natural order
+    (:func:`derain.io.list_files`), and the count of other files."""
+    return list_files(in_dir, IMAGE_SUFFIXES + VIDEO_SUFFIXES, recursive=recursive)
 
 
 def output_path(path: Path, in_dir: Path, out_dir: Path, fmt: str) -> Path:
@@ -231,21 +224,20 @@ def _reason(err: Exception, path: Path) -> str:
     return str(err)
 
 
-def _derain_file(model: nn.Module, path: Path, out: Path, args: argparse.Namespace, bar: tqdm) -> int:
+def _derain_file(model: nn.Module, path: Path, out: Path, options: RestoreOptions, bar: tqdm) -> int:
     """Derain one image or video into ``out``; the number of video frames written (0 for an image)."""
-    options = {"tile": args.tile, "overlap": args.overlap, "ensemble": args.ensemble}
     if is_video(path):
-        result = derain_video(model, path, out, **options, on_frame=lambda _done: bar.update(1))
+        result = derain_video(model, path, out, options=options, on_frame=lambda _done: bar.update(1))
         if result.audio.startswith("dropped"):
             bar.write(f"{path}: audio {result.audio}", file=sys.stderr)
         return result.frames
-    image = _fit_to_format(restore(model, read_image(path), **options), out.suffix)
+    image = _fit_to_format(restore(model, read_image(path), options=options), out.suffix)
     write_image_atomic(out, image, params=_encode_params(out.suffix))
     return 0
 
 
 def _derain_all(
-    model: nn.Module, todo: list[tuple[Path, Path]], args: argparse.Namespace, summary: Summary
+    model: nn.Module, todo: list[tuple[Path, Path]], options: RestoreOptions, summary: Summary
 ) -> None:
     """Derain every (input, output) pair of ``todo`` under a progress bar of frames, counting into ``summary``;
     a file that fails is reported by path and the rest go on."""
@@ -257,7 +249,7 @@ def _derain_all(
             bar.set_postfix_str(path.name, refresh=False)
             end = bar.n + expected[path]
             try:
-                summary.frames += _derain_file(model, path, out, args, bar)
+                summary.frames += _derain_file(model, path, out, options, bar)
             except Exception as err:  # report and go on: one bad file must not stop a folder of thousands
                 summary.failed += 1
                 summary.failed_paths.append(path)
@@ -268,18 +260,77 @@ def _derain_all(
                 bar.update(end - bar.n)
 
 
-def run(args: argparse.Namespace, model: nn.Module) -> Summary:
-    """Derain every selected image and video of ``args.in_dir`` (a folder, or one file) into ``args.out_dir``
-    (see ``main`` for the options): the plan first (:func:`plan_outputs`), then the loop."""
-    in_dir, out_dir = Path(args.in_dir), Path(args.out_dir)
-    inputs, ignored = select_inputs(in_dir, recursive=args.recursive, shard=args.shard)
-    out_file = getattr(args, "out_file", None)
-    plan = plan_outputs(inputs, in_dir, out_dir, fmt=args.format, overwrite=args.overwrite, out_file=out_file)
+@dataclass(frozen=True)
+class Job:
+    """One run: what to derain, where to, and how (``derain infer``'s command line, once its paths are checked by
+    :func:`check_paths`).
+
+    Args:
+        source: a folder of images and videos, or one file.
+        out_dir: the output folder.
+        out_file: the output file named for one input file; ``None``: under ``out_dir``.
+        recursive: include subfolders (mirrored under ``out_dir``).
+        shard: ``(i, n)``: every n-th input from the i-th; ``None``: all.
+        fmt: images' output format: ``png``, ``jpg`` or ``same`` (each input's suffix).
+        overwrite: redo inputs whose output exists.
+        options: how ``restore`` runs the network (tiling, ensemble).
+    """
+
+    source: Path
+    out_dir: Path
+    out_file: Path | None = None
+    recursive: bool = False
+    shard: tuple[int, int] | None = None
+    fmt: str = "png"
+    overwrite: bool = False
+    options: RestoreOptions = field(default_factory=RestoreOptions)
+
+
+def run(job: Job, model: nn.Module) -> Summary:
+    """Derain every selected image and video of ``job.source`` (a folder, or one file) into ``job.out_dir``: the
+    plan first (:func:`plan_outputs`), then the loop."""
+    inputs, ignored = select_inputs(job.source, recursive=job.recursive, shard=job.shard)
+    plan = plan_outputs(
+        inputs, job.source, job.out_dir, fmt=job.fmt, overwrite=job.overwrite, out_file=job.out_file
+    )
     summary = _report_plan(plan, ignored)
     start = time.perf_counter()
-    _derain_all(model, plan.todo, args, summary)
+    _derain_all(model, plan.todo, job.options, summary)
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def check_paths(source: Path, out: Path) -> tuple[Path, Path, Path | None]:
+    """``IN`` and ``OUT`` of the command line as (source, output folder, output file or ``None``), resolved.
+
+    Raises:
+        arguments.UsageError: naming ``IN`` or ``OUT`` when they cannot work: ``IN`` is neither a folder nor an
+            image or video file, ``OUT`` names a file of another kind, is ``IN`` or is inside it, or ``IN`` is a
+            video and video support is missing.
+    """
+    in_path, out_path = source.resolve(), out.resolve()
+    if in_path.is_file():
+        if not (is_video(in_path) or in_path.suffix.lower() in IMAGE_SUFFIXES):
+            raise arguments.UsageError(f"IN {source} is neither an image nor a video (by its suffix)")
+        out_file = None
+        if out_path.suffix and not out_path.is_dir():  # an output file name
+            if is_video(in_path) != is_video(out_path) or (
+                not is_video(out_path) and out_path.suffix.lower() not in IMAGE_SUFFIXES
+            ):
+                kind = "a video" if is_video(in_path) else "an image"
+                raise arguments.UsageError(f"OUT {out} should name {kind} file like IN")
+            out_file, out_path = out_path, out_path.parent
+        if (out_file or out_path) == in_path:
+            raise arguments.UsageError(f"OUT {out} would overwrite IN")
+        unsupported = video_support() if is_video(in_path) else None
+        if unsupported is not None:
+            raise arguments.UsageError(unsupported)
+        return in_path, out_path, out_file
+    if not in_path.is_dir():
+        raise arguments.UsageError(f"IN {source} is neither a folder nor a file")
+    if out_path == in_path or in_path in out_path.parents:
+        raise arguments.UsageError(f"OUT {out} is inside IN {source}; choose a folder outside it")
+    return in_path, out_path, None
 
 
 def build_parser(prog: str = "python -m derain.infer") -> argparse.ArgumentParser:
@@ -319,42 +370,23 @@ def build_parser(prog: str = "python -m derain.infer") -> argparse.ArgumentParse
 def main(argv: list[str] | None = None, *, prog: str = "python -m derain.infer") -> int:
     """Command-line entry; returns the exit status (0 ok, 1 some images failed, 2 usage error)."""
     args = build_parser(prog).parse_args(argv)
-    in_dir, out_dir = args.in_dir.resolve(), args.out_dir.resolve()
-    args.out_file = None
-    if in_dir.is_file():
-        if not (is_video(in_dir) or in_dir.suffix.lower() in IMAGE_SUFFIXES):
-            print(f"error: IN {args.in_dir} is neither an image nor a video (by its suffix)", file=sys.stderr)
-            return 2
-        if out_dir.suffix and not out_dir.is_dir():  # an output file name
-            if is_video(in_dir) != is_video(out_dir) or (
-                not is_video(out_dir) and out_dir.suffix.lower() not in IMAGE_SUFFIXES
-            ):
-                kind = "a video" if is_video(in_dir) else "an image"
-                print(f"error: OUT {args.out_dir} should name {kind} file like IN", file=sys.stderr)
-                return 2
-            args.out_file = out_dir
-            out_dir = out_dir.parent
-        if (args.out_file or out_dir) == in_dir:
-            print(f"error: OUT {args.out_dir} would overwrite IN", file=sys.stderr)
-            return 2
-    elif not in_dir.is_dir():
-        print(f"error: IN {args.in_dir} is neither a folder nor a file", file=sys.stderr)
-        return 2
-    elif out_dir == in_dir or in_dir in out_dir.parents:
-        print(
-            f"error: OUT {args.out_dir} is inside IN {args.in_dir}; choose a folder outside it",
-            file=sys.stderr,
-        )
-        return 2
-    unsupported = video_support() if in_dir.is_file() and is_video(in_dir) else None
-    if unsupported is not None:
-        return arguments.usage_error(unsupported)
     try:
+        source, out_dir, out_file = check_paths(args.in_dir, args.out_dir)
+        options = arguments.restore_options(args)
         model = arguments.model_from_args(args)
     except arguments.UsageError as err:
         return arguments.usage_error(err)
-    args.in_dir, args.out_dir = in_dir, out_dir
-    summary = run(args, model)
+    job = Job(
+        source=source,
+        out_dir=out_dir,
+        out_file=out_file,
+        recursive=args.recursive,
+        shard=args.shard,
+        fmt=args.format,
+        overwrite=args.overwrite,
+        options=options,
+    )
+    summary = run(job, model)
     print(summary.line())
     return 1 if summary.failed else 0
 

@@ -23,6 +23,7 @@ __all__ = [
     "exif_orientation",
     "exif_transpose",
     "image_size",
+    "list_files",
     "list_images",
     "natural_key",
     "read_image",
@@ -42,14 +43,31 @@ def natural_key(text: str) -> list[Any]:
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", text)]
 
 
-def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
-    """Image files in ``folder`` (by suffix, hidden files skipped), naturally sorted."""
+def list_files(
+    folder: str | os.PathLike, suffixes: tuple[str, ...] = IMAGE_SUFFIXES, *, recursive: bool = False
+) -> tuple[list[Path], int]:
+    """The package's one file lister: the files in ``folder`` whose suffix is one of ``suffixes`` (any case), in
+    natural order of their path under ``folder`` (``2.png`` before ``10.png``), and the count of other files.
+
+    Hidden files, and with ``recursive`` everything in hidden folders (``.ipynb_checkpoints/``, macOS ``._x.jpg``),
+    are left out and not counted.
+    """
     folder = Path(folder)
-    files = folder.rglob("*") if recursive else folder.iterdir()
-    images = [
-        p for p in files if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") and p.is_file()
-    ]
-    return sorted(images, key=lambda p: natural_key(str(p.relative_to(folder))))
+    found, others = [], 0
+    for path in folder.rglob("*") if recursive else folder.iterdir():
+        rel = path.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            continue
+        if path.suffix.lower() in suffixes:
+            found.append(path)
+        else:
+            others += 1
+    return sorted(found, key=lambda p: natural_key(p.relative_to(folder).as_posix())), others
+
+
+def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
+    """Image files in ``folder`` (by suffix, hidden files skipped), naturally sorted (:func:`list_files`)."""
+    return list_files(folder, IMAGE_SUFFIXES, recursive=recursive)[0]
 
 
 class ImageReadError(ValueError):
@@ -247,11 +265,39 @@ def atomic_output(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
         raise
 
 
-def default_file_mode() -> int:
-    """The mode a plain ``open(path, "w")`` would give a new file (0666 minus the umask)."""
-    umask = os.umask(0)
+def _umask_from_proc() -> int | None:
+    """The process umask as Linux reports it (``Umask:`` in ``/proc/self/status``, since 4.7); None elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _umask_at_import() -> int:
+    """The umask, read the only portable way (set it and set it back), once, while the package is imported."""
+    umask = os.umask(0o077)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+_IMPORT_UMASK = _umask_from_proc()
+if _IMPORT_UMASK is None:
+    _IMPORT_UMASK = _umask_at_import()
+
+
+def default_file_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give a new file (0666 minus the umask).
+
+    The umask is read without changing it (Linux's ``/proc/self/status``); elsewhere it is the umask at import.
+    Setting it and setting it back on every call would give any file or folder that another thread makes in
+    between the modes 0666 or 0777 (the web page derains in worker threads).
+    """
+    umask = _umask_from_proc()
+    return 0o666 & ~(_IMPORT_UMASK if umask is None else umask)
 
 
 def to_tensor(image: np.ndarray) -> Tensor:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,13 @@ from PIL import Image
 from torch import nn
 
 from derain.extras import MissingExtraError
-from derain.inference import ensemble_flips, read_image, restore
+from derain.inference import RestoreOptions, read_image, restore
 from derain.inference.timing import SpeedEstimate
 from derain.inference.video import VideoError, VideoInfo, derain_video, probe
 from derain.io import ImageReadError, image_size, to_rgb8, write_image_atomic
 
 __all__ = [
+    "BEST_DEFAULT_MAX_S",
     "MAX_MEGAPIXELS",
     "MAX_QUEUE",
     "MAX_VIDEO_SECONDS",
@@ -39,6 +40,7 @@ __all__ = [
     "PageHandlers",
     "PageSettings",
     "RequestError",
+    "auto_quality",
 ]
 
 MAX_MEGAPIXELS = 40.0
@@ -47,11 +49,21 @@ MAX_QUEUE = 32  # requests allowed to wait; more are turned away with "queue is 
 DISPLAY_SIDE = 2048  # the slider shows a preview at most this long; the download keeps full resolution
 KEEP_OUTPUTS_S = 3600  # result PNGs older than this are removed from the app's temporary folder
 QUALITIES = ("auto", "fast", "best")
+BEST_DEFAULT_MAX_S = 3.0
+"""Under ``quality="auto"`` the page picks *Best* when it is expected to take at most this many seconds for a
+1-megapixel photo (:func:`auto_quality`), else *Fast* (one pass)."""
+
+
+def _option(default: Any, help: str, **more: Any) -> Any:
+    """A :class:`PageSettings` field that is also an option of ``derain app`` (``--NAME``, with this help)."""
+    return field(default=default, metadata={"help": help, **more})
 
 
 @dataclass(frozen=True)
 class PageSettings:
-    """The page's options, checked once when made (a ``ValueError`` names the bad one).
+    """The page's options, declared once: ``derain app`` derives its options from these fields
+    (:func:`derain.arguments.add_settings_arguments`; ``--tile`` and ``--overlap`` are the shared model options).
+    Checked once when made (a ``ValueError`` names the bad one).
 
     Args:
         tile: tile size for :func:`derain.inference.restore`; ``None`` tiles only large photos.
@@ -64,24 +76,37 @@ class PageSettings:
         ensemble: *Best* quality averages over this many upright flips per photo (2 or 4; see ``restore``),
             that many times slower than *Fast* (one pass). Videos are derained in the chosen quality too.
         quality: the page's default choice, ``"fast"``, ``"best"`` or ``"auto"``: *Best* when it is expected to
-            take at most ``BEST_DEFAULT_MAX_S`` for a 1-megapixel photo on this server
-            (:meth:`SpeedEstimate.auto_quality`), else *Fast*.
+            take at most ``BEST_DEFAULT_MAX_S`` for a 1-megapixel photo on this server (:func:`auto_quality`),
+            else *Fast*.
         max_video_seconds: longest clip the video tab accepts; longer ones get a message.
         warning: Markdown shown at the top of the page (e.g. that the weights are untrained).
     """
 
     tile: int | None = None
     overlap: int = 32
-    max_megapixels: float = MAX_MEGAPIXELS
-    concurrency: int = 1
-    max_queue: int = MAX_QUEUE
-    ensemble: int = 4
-    quality: str = "auto"
-    max_video_seconds: float = MAX_VIDEO_SECONDS
+    max_megapixels: float = _option(MAX_MEGAPIXELS, "largest photo accepted (default %(default)g)")
+    concurrency: int = _option(1, "photos derained at once (default %(default)s)")
+    max_queue: int = _option(
+        MAX_QUEUE, "requests allowed to wait; more are told the queue is full (default %(default)s)"
+    )
+    ensemble: int = _option(
+        4,
+        "Best quality's passes: the average over this many upright flips (default %(default)s)",
+        choices=(2, 4),
+    )
+    quality: str = _option(
+        "auto",
+        f"the page's default quality (default %(default)s: Best when it takes at most {BEST_DEFAULT_MAX_S:g} s "
+        "for 1 megapixel here, else Fast)",
+        choices=QUALITIES,
+    )
+    max_video_seconds: float = _option(
+        MAX_VIDEO_SECONDS, "longest clip the video tab accepts (default %(default)g)"
+    )
     warning: str | None = None
 
     def __post_init__(self) -> None:
-        ensemble_flips(self.ensemble)  # the values restore accepts
+        self.restore_options(self.ensemble)  # tiling and ensemble as restore checks them
         if self.ensemble < 2:
             raise ValueError(f"ensemble is Best quality's number of passes: 2 or 4, got {self.ensemble}")
         if self.quality not in QUALITIES:
@@ -99,6 +124,16 @@ class PageSettings:
     @property
     def max_pixels(self) -> int:
         return int(self.max_megapixels * 1e6)
+
+    def restore_options(self, passes: int) -> RestoreOptions:
+        """What ``restore`` gets for a photo (or a video's frames) derained with ``passes`` passes."""
+        return RestoreOptions(tile=self.tile, overlap=self.overlap, ensemble=passes)
+
+
+def auto_quality(speed: SpeedEstimate, ensemble: int) -> str:
+    """The page's default under ``quality="auto"``: ``"best"`` when *Best* (``ensemble`` passes) is expected to
+    take at most ``BEST_DEFAULT_MAX_S`` for a 1-megapixel photo, else ``"fast"``."""
+    return "best" if speed.seconds(10**6, ensemble) <= BEST_DEFAULT_MAX_S else "fast"
 
 
 class RequestError(Exception):
@@ -155,13 +190,16 @@ class PageHandlers:
     Args:
         model: the deraining network (see :func:`derain.inference.load_model`).
         settings: the page's options.
-        speed: the speed estimate the expected times come from (updated by every photo derained).
+        speed: where the expected times start (then every photo derained updates it); ``None`` measures ``model``
+            now (:meth:`SpeedEstimate.measure`, with the page's tiling).
     """
 
-    def __init__(self, model: nn.Module, settings: PageSettings, speed: SpeedEstimate) -> None:
+    def __init__(self, model: nn.Module, settings: PageSettings, speed: SpeedEstimate | None = None) -> None:
+        if speed is None:
+            speed = SpeedEstimate.measure(model, options=settings.restore_options(1))
         self.model, self.settings, self.speed = model, settings, speed
         auto = settings.quality == "auto"
-        self.default_quality = speed.auto_quality(settings.ensemble) if auto else settings.quality
+        self.default_quality = auto_quality(speed, settings.ensemble) if auto else settings.quality
         self.out_root = Path(tempfile.mkdtemp(prefix="derain-app-"))
 
     def passes(self, choice: str | None) -> int:
@@ -170,10 +208,6 @@ class PageHandlers:
         if choice not in ("fast", "best"):
             raise RequestError(f"Quality should be fast or best, got {choice!r}.")
         return 1 if choice == "fast" else self.settings.ensemble
-
-    def _restore_options(self, passes: int) -> dict[str, Any]:
-        """``restore``'s options for a photo (or a video's frames) derained with ``passes`` passes."""
-        return {"tile": self.settings.tile, "overlap": self.settings.overlap, "ensemble": passes}
 
     def quality_choices(self) -> list[tuple[str, str]]:
         """The quality radio's (label, value) pairs, with this server's current time per megapixel."""
@@ -234,7 +268,7 @@ class PageHandlers:
         image = self._read_photo(source, name)
         n = self.passes(choice)
         start = time.perf_counter()
-        result = restore(self.model, image, **self._restore_options(n))
+        result = restore(self.model, image, options=self.settings.restore_options(n))
         seconds = time.perf_counter() - start
         h, w = image.shape[:2]
         self.speed.update(h * w, n, seconds)
@@ -290,7 +324,12 @@ class PageHandlers:
             frames = int(self.settings.max_video_seconds * info.fps) + 1
             report = None if on_frame is None else lambda done: on_frame(done, total)
             result = derain_video(
-                self.model, source, out_path, **self._restore_options(n), max_frames=frames, on_frame=report
+                self.model,
+                source,
+                out_path,
+                options=self.settings.restore_options(n),
+                max_frames=frames,
+                on_frame=report,
             )
         except VideoError as err:
             raise RequestError(f"{source.name}: {err.reason}") from None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 import resource
@@ -28,7 +29,7 @@ from PIL import Image
 from ports import free_port, launched
 from torch import Tensor, nn
 
-from derain import page
+from derain import arguments, page
 from derain.inference import read_image, restore
 from derain.inference.timing import SpeedEstimate
 from derain.inference.video import probe
@@ -71,6 +72,47 @@ def test_bad_options_are_refused_once_in_the_settings() -> None:
     with pytest.raises(ValueError, match="max_queue and concurrency should be >= 1, got 0 and 1"):
         PageSettings(max_queue=0)
     assert PageSettings(max_megapixels=0.05).max_pixels == 50_000
+
+
+def test_the_page_options_are_its_settings_fields(app: ModuleType) -> None:
+    """``derain app``'s options are derived from ``PageSettings`` (declared once): every field but the warning is
+    an option, and the parsed command line is the settings."""
+    argv = ["--tile", "64", "--overlap", "8", "--max-megapixels", "2.5", "--concurrency", "2", "--max-queue"]
+    argv += ["3", "--ensemble", "2", "--quality", "fast", "--max-video-seconds", "4"]
+    args = app.build_parser().parse_args(argv)
+    settings = arguments.settings_from_args(PageSettings, args, warning="w")
+    assert settings == PageSettings(
+        tile=64,
+        overlap=8,
+        max_megapixels=2.5,
+        concurrency=2,
+        max_queue=3,
+        ensemble=2,
+        quality="fast",
+        max_video_seconds=4.0,
+        warning="w",
+    )
+    defaults = arguments.settings_from_args(PageSettings, app.build_parser().parse_args([]))
+    assert defaults == PageSettings()
+    fields = {f.name for f in dataclasses.fields(PageSettings)} - {"warning"}
+    assert fields <= set(vars(args))
+    with pytest.raises(arguments.UsageError, match="max_queue and concurrency should be >= 1, got 0 and 1"):
+        arguments.settings_from_args(PageSettings, app.build_parser().parse_args(["--max-queue", "0"]))
+
+
+def test_auto_quality_is_best_only_within_the_limit_at_one_megapixel() -> None:
+    """The page's policy (``derain.page``; the estimate only measures)."""
+    assert page.BEST_DEFAULT_MAX_S == 3.0
+    assert page.auto_quality(SpeedEstimate(0.75), 4) == "best"  # 3 s for 4 passes
+    assert page.auto_quality(SpeedEstimate(0.76), 4) == "fast"
+    assert page.auto_quality(SpeedEstimate(1.5), 2) == "best"
+
+
+def test_the_handlers_measure_their_own_estimate_unless_given_one() -> None:
+    settings = PageSettings(quality="auto")
+    handlers = PageHandlers(tiny_net(), settings)
+    assert handlers.speed.per_megapixel > 0
+    assert handlers.default_quality == page.auto_quality(handlers.speed, settings.ensemble)
 
 
 @pytest.mark.parametrize(("per_megapixel", "default"), [(0.5, "best"), (1.0, "fast")])

@@ -77,7 +77,7 @@ def test_the_data_module_renders_deferred_rain_on_the_device() -> None:
 def test_batch_rain_draws_the_rain_of_add_rain(style: str) -> None:
     """The two renderers of one style give the same streaks: width (``RainStyle.width``), length, coverage,
     brightness and veil floor, measured on the layers recovered from 48 renders each on grey (``layer_stats``:
-    width and length from the autocorrelation, as ``benchmarks/streaks.py`` measures Rain100H's).
+    width and length from the autocorrelation, as ``tools/streaks.py`` measures Rain100H's).
 
     Tolerance: each mean may differ by 4 standard errors of the difference, estimated from the renders
     themselves. Two renders of one renderer differ by more than that once in about 16 000 statistics (the 18

@@ -81,6 +81,4 @@ def test_the_three_model_commands_refuse_a_bad_device_and_bad_tiling_alike(
     assert main([name, *common, "--device", "nonsense"]) == 2
     assert "error: cannot use --device 'nonsense'" in capsys.readouterr().err
     assert main([name, *common, "--tile", "64", "--overlap", "64"]) == 2  # the page has --overlap too
-    assert (
-        "error: need tile >= 0 and 0 <= overlap < tile, got --tile 64 --overlap 64" in capsys.readouterr().err
-    )
+    assert "error: need tile >= 0 and 0 <= overlap < tile, got tile=64, overlap=64" in capsys.readouterr().err

@@ -43,6 +43,25 @@ def test_paired_augmentation_keeps_streaks_upright_unless_asked(tmp_path: Path, 
     assert all(upright) if not rotate90 else not all(upright)
 
 
+@pytest.mark.parametrize(("rotate90", "orientations"), [(False, {0, 2, 4, 6}), (True, set(range(8)))])
+def test_paired_augmentation_takes_every_allowed_orientation(
+    tmp_path: Path, rotate90: bool, orientations: set[int]
+) -> None:
+    """Mirror images included: the crop path's flips draw apart (one seed for all of them flipped horizontally and
+    vertically together, two of the four upright orientations) and apart from the crop's place."""
+    from derain.synth import dihedral
+
+    image = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)  # read back as RGB
+    write(tmp_path / "norain" / "1.png", image[:, :, ::-1])
+    write(tmp_path / "rain" / "1.png", image[:, :, ::-1])
+    data = PairedDataset(find_pairs(tmp_path), patch_size=16, augment=True, rotate90=rotate90, seed=0)
+    seen = set()
+    for _ in range(48):
+        out = (data[0]["clean"].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        seen.add(next(k for k in range(8) if np.array_equal(out, dihedral(image, k))))
+    assert seen == orientations
+
+
 def test_patches_larger_than_the_image_are_padded(tmp_path: Path) -> None:
     make_pairs(tmp_path, ["1.png"], ["1.png"])
     item = PairedDataset(find_pairs(tmp_path), patch_size=40, augment=True)[0]
@@ -126,9 +145,9 @@ def test_rain_free_items_are_left_as_they_are() -> None:
     options = dict(length=40, patch_size=32, pair_layers=[residual], seed=3, fixed=True)
     plain = SyntheticRainDataset(clean, **options, synthesis=Synthesis(composite_beta=0.0))
     assert all(not torch.equal(plain[i]["rain"], plain[i]["clean"]) for i in range(40))
-    # Without rain-free items nothing extra is drawn: the stream is pinned (sums recorded on 2026-12-01, when
-    # the crops moved to albumentations; a change here changes every recipe's data).
-    assert [int((plain[i]["rain"] * 255).round().sum()) for i in range(4)] == [451651, 452612, 400222, 452966]
+    # Without rain-free items nothing extra is drawn: the stream is pinned (sums recorded on 2026-12-02, when
+    # each crop step got a seed of its own; a change here changes every recipe's data).
+    assert [int((plain[i]["rain"] * 255).round().sum()) for i in range(4)] == [484641, 452810, 456056, 451340]
     mixed = SyntheticRainDataset(
         clean, **options, synthesis=Synthesis(composite_beta=0.0, rain_free_prob=0.5)
     )

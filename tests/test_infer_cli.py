@@ -193,7 +193,7 @@ def test_usage_errors_exit_2(photos: Path, tiny_weights: Path, capsys: pytest.Ca
     assert main([str(photos), str(photos.parent / "o"), "--weights", str(photos / "none.safetensors")]) == 2
     assert "none.safetensors does not exist" in capsys.readouterr().err
     assert main([str(photos), str(photos.parent / "o"), "--tile", "16", "--overlap", "16"]) == 2
-    assert "0 <= overlap < tile, got --tile 16 --overlap 16" in capsys.readouterr().err
+    assert "0 <= overlap < tile, got tile=16, overlap=16" in capsys.readouterr().err
     assert not (photos.parent / "o").exists()
     good = photos / "good.png"
     before = good.read_bytes()
@@ -223,3 +223,23 @@ def test_module_entry_without_weights_gives_clear_message(photos: Path, tmp_path
     assert proc.returncode == 2
     assert "error: weights file missing.safetensors does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_infer_and_the_scorer_list_files_in_one_order(tmp_path: Path) -> None:
+    """One lister (``derain.io.list_files``): natural order, hidden files and folders left out, other files
+    counted; ``derain infer`` and ``list_images`` (evaluate, pairing) read a folder alike."""
+    from derain.io import list_images
+
+    for name in ("10.png", "2.png", "sub/1.jpg", ".hidden.png", ".cache/x.png", "notes.txt", "clip.mp4"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    inputs, ignored = select_inputs(tmp_path, recursive=True, shard=None)
+    assert [p.relative_to(tmp_path).as_posix() for p in inputs] == [
+        "2.png",
+        "10.png",
+        "clip.mp4",
+        "sub/1.jpg",
+    ]
+    assert ignored == 1  # notes.txt; the hidden ones are not counted
+    images = list_images(tmp_path, recursive=True)
+    assert images == [p for p in inputs if p.suffix != ".mp4"]

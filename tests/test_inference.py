@@ -20,7 +20,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from derain.inference import (
+    DEFAULT_TILE,
+    MAX_PIXELS_UNTILED,
     WEIGHTS_FORMAT,
+    RestoreOptions,
     WeightsError,
     WeightsNotFoundError,
     blend_window,
@@ -30,7 +33,7 @@ from derain.inference import (
     tile_starts,
     timing,
 )
-from derain.inference.timing import BEST_DEFAULT_MAX_S, SpeedEstimate
+from derain.inference.timing import SpeedEstimate
 from derain.io import ImageReadError, image_size, read_rgb, to_rgb8
 from derain.models import DerainNet, network_record
 
@@ -170,8 +173,28 @@ def test_restore_rejects_bad_input(tiny_net: DerainNet) -> None:
         restore(tiny_net, np.zeros((8, 8, 3), np.float32))
     with pytest.raises(ValueError, match=r"got \(8, 8, 2\)"):
         restore(tiny_net, np.zeros((8, 8, 2), np.uint8))
-    with pytest.raises(ValueError, match=r"overlap \(64\) should be smaller than tile \(64\)"):
+    with pytest.raises(ValueError, match=r"need tile >= 0 and 0 <= overlap < tile, got tile=64, overlap=64"):
         restore(tiny_net, np.zeros((8, 8, 3), np.uint8), tile=64, overlap=64)
+
+
+def test_restore_options_are_checked_once_and_passed_down_whole(tiny_net: DerainNet) -> None:
+    """``RestoreOptions`` is the one tiling check (what the commands build); ``restore`` takes it instead of its
+    three keywords, with the same result."""
+    with pytest.raises(ValueError, match=r"got tile=None, overlap=512"):  # None tiles large images by 512
+        RestoreOptions(overlap=512)
+    with pytest.raises(ValueError, match=r"got tile=-1, overlap=32"):
+        RestoreOptions(tile=-1)
+    with pytest.raises(ValueError, match=r"ensemble should be one of \[1, 2, 4\], got 3"):
+        RestoreOptions(ensemble=3)
+    assert RestoreOptions(tile=0, overlap=600).tile_for(10**7) == 0  # never tiled: any overlap
+    assert RestoreOptions().tile_for(MAX_PIXELS_UNTILED + 1) == DEFAULT_TILE
+    image = smooth_image(40, 56)
+    options = RestoreOptions(tile=32, overlap=8, ensemble=2)
+    assert np.array_equal(
+        restore(tiny_net, image, options=options), restore(tiny_net, image, tile=32, overlap=8, ensemble=2)
+    )
+    with pytest.raises(TypeError, match="either in options or on their own"):
+        restore(tiny_net, image, options=options, tile=16)
 
 
 def test_restore_leaves_model_mode_alone(tiny_net: DerainNet) -> None:
@@ -403,6 +426,47 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == default_file_mode()
 
 
+def test_atomic_writes_leave_other_threads_files_their_modes(tmp_path: Path) -> None:
+    """Every atomic write asks for the umask; asking must not change it, even for an instant: a file or folder
+    that another thread (the page's workers) makes meanwhile would get mode 0666 or 0777."""
+    import os
+    import stat
+    import threading
+
+    from derain.io import default_file_mode
+
+    old_umask = os.umask(0o022)
+    stop, asked = threading.Event(), set()
+
+    def ask() -> None:
+        while not stop.is_set():
+            asked.add(oct(default_file_mode()))
+
+    threads = [threading.Thread(target=ask)]
+    modes = set()
+    try:
+        for thread in threads:
+            thread.start()
+        for i in range(600):
+            (tmp_path / f"f{i}").touch()
+            (tmp_path / f"d{i}").mkdir()
+            modes.add(oct(stat.S_IMODE((tmp_path / f"f{i}").stat().st_mode)))
+            modes.add(oct(stat.S_IMODE((tmp_path / f"d{i}").stat().st_mode)))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        os.umask(old_umask)
+    assert (modes, asked) == ({"0o644", "0o755"}, {"0o644"})
+
+
+def test_the_umask_without_proc_is_the_one_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    from derain import io
+
+    monkeypatch.setattr(io, "_umask_from_proc", lambda: None)
+    assert io.default_file_mode() == 0o666 & ~io._IMPORT_UMASK
+
+
 # ------------------------------------------------------------------------------------------------ timing
 
 
@@ -425,7 +489,7 @@ def test_the_start_up_reading_is_a_warm_up_then_a_median(monkeypatch: pytest.Mon
     monkeypatch.setattr(
         timing, "time", SimpleNamespace(perf_counter=lambda: model.clock)
     )  # the model's clock
-    speed = SpeedEstimate.measure(model, tile=None, overlap=32, rounds=3)
+    speed = SpeedEstimate.measure(model, rounds=3)
     assert model.calls == 4  # the warm-up and three timed passes
     h, w = SpeedEstimate.CALIBRATION
     assert speed.per_megapixel == pytest.approx(0.02 / (h * w / 1e6))
@@ -446,12 +510,8 @@ def test_the_estimate_follows_the_measured_photos() -> None:
     assert speed.per_megapixel == 0.5
 
 
-def test_auto_quality_is_best_only_within_the_limit_at_one_megapixel() -> None:
-    assert BEST_DEFAULT_MAX_S == 3.0
-    assert SpeedEstimate(0.75).auto_quality(4) == "best"  # 3 s for 4 passes
-    assert SpeedEstimate(0.76).auto_quality(4) == "fast"
-    assert SpeedEstimate(1.5).auto_quality(2) == "best"
+def test_the_estimate_refuses_readings_that_cannot_be() -> None:
     with pytest.raises(ValueError, match="need per_megapixel > 0 and window >= 1, got 0.0 and 9"):
         SpeedEstimate(0.0)
     with pytest.raises(ValueError, match="rounds should be >= 1, got 0"):
-        SpeedEstimate.measure(Slow([0.0]), tile=None, overlap=32, rounds=0)
+        SpeedEstimate.measure(Slow([0.0]), rounds=0)

@@ -1,5 +1,5 @@
-"""Measuring weights where there is no clean image, and the held-out heavy set: ``derain.synth.heldout``,
-``derain.inference.gallery`` and the benchmarks that compare weights (``benchmarks/real_rain.py``, ``heavy_val.py``)."""
+"""Measuring weights where there is no clean image, and the held-out heavy set: ``derain.synth.heldout`` and the
+research tools that compare weights (``tools/gallery.py``, ``tools/real_rain.py``, ``tools/heavy_val.py``)."""
 
 import importlib.util
 import sys
@@ -10,21 +10,24 @@ import numpy as np
 import pytest
 from helpers import SHARED_DATA, need_shared_data
 
-from derain.inference.gallery import change_levels, gallery
 from derain.synth.heldout import heldout_pairs
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 
-def benchmark(name: str):
-    """A benchmark script imported as a module (they are scripts, not part of the package; they import their
-    shared ``common`` from beside them)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+def tool(name: str):
+    """A research tool imported as a module (they are scripts, not part of the package; they import their shared
+    ``research`` and ``gallery`` from beside them, as a script's own folder is first on ``sys.path``)."""
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", TOOLS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_gallery = tool("gallery")
+change_levels, gallery = _gallery.change_levels, _gallery.gallery
 
 
 def test_heldout_pairs_put_each_layer_on_the_photo_by_plain_addition():
@@ -103,7 +106,7 @@ def test_real_rain_compares_weights_skips_unreadable_photos_and_writes_a_gallery
         "--data",
         str(tmp_path / "data"),
     ]
-    assert benchmark("real_rain").main([*args, "--gallery", str(out), "--height", "32"]) == 0
+    assert tool("real_rain").main([*args, "--gallery", str(out), "--height", "32"]) == 0
     printed = capsys.readouterr()
     assert "broken.png" in printed.err  # named and skipped
     assert "all real" in printed.out and "rain-free kept" in printed.out
@@ -112,7 +115,7 @@ def test_real_rain_compares_weights_skips_unreadable_photos_and_writes_a_gallery
     assert image is not None and image.shape[1] > 3 * 32  # rainy | A | B
     assert not list(out.parent.glob(".*"))  # nothing half-written left beside it
     cropped = tmp_path / "out" / "crops.png"
-    assert benchmark("real_rain").main([*args, "--gallery", str(cropped), "--crop", "16"]) == 0
+    assert tool("real_rain").main([*args, "--gallery", str(cropped), "--crop", "16"]) == 0
     rows = 3 + 1 + 1 + 2  # the 3 readable real-rainy photos, SPA's, the webcam's, then two rain-free
     assert cv2.imread(str(cropped)).shape[1] == 3 * (16 + 4)  # rainy | A | B at 1:1, each 16 px and its gap
     assert cv2.imread(str(cropped)).shape[0] >= rows * (16 + 4)
@@ -124,7 +127,7 @@ def test_real_rain_names_a_weights_file_that_does_not_load_and_a_folder_without_
     write_data(tmp_path / "data")
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"garbage")
-    bench = benchmark("real_rain")
+    bench = tool("real_rain")
     with pytest.raises(SystemExit, match=r"weights .*bad\.safetensors do not load"):
         bench.main(["--weights", str(tiny_weights), str(bad), "--data", str(tmp_path / "data")])
     for path in (tmp_path / "data" / "spa-samples" / "rain").iterdir():
@@ -133,9 +136,19 @@ def test_real_rain_names_a_weights_file_that_does_not_load_and_a_folder_without_
         bench.main(["--weights", str(tiny_weights), "--data", str(tmp_path / "data")])
 
 
+def test_a_tool_without_data_names_the_option_and_the_variable(tmp_path, tiny_weights, monkeypatch, capsys):
+    monkeypatch.delenv("DERAIN_DATA", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        tool("real_rain").main(["--weights", str(tiny_weights)])
+    assert exit_.value.code == 2 and "--data" in capsys.readouterr().err
+    monkeypatch.setenv("DERAIN_DATA", str(tmp_path / "data"))
+    write_data(tmp_path / "data")
+    assert tool("real_rain").main(["--weights", str(tiny_weights)]) == 0  # the variable is the default
+
+
 def test_heavy_val_holds_out_the_recipes_validation_layers_and_photos_no_pair_shows():
     need_shared_data(SHARED_DATA / "rain100h-train-mini")
-    bench = benchmark("heavy_val")
+    bench = tool("heavy_val")
     donors = bench.heldout_heavy_pairs(SHARED_DATA)
     names = [f"{rain.parent.parent.name}/{rain.name}" for rain, _ in donors]
     assert sorted(names[:4]) == [f"rain100h-train-mini/{n}.png" for n in ("0004", "0005", "0013", "0015")]

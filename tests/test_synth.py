@@ -145,6 +145,21 @@ def test_transplanted_streaks_stay_upright_unless_rotations_are_asked_for(rotate
     assert all(vertical) if not rotate90 else not all(vertical)
 
 
+@pytest.mark.parametrize(("rotate90", "orientations"), [(False, {0, 2, 4, 6}), (True, set(range(8)))])
+def test_transplanted_layers_take_every_allowed_orientation(rotate90: bool, orientations: set[int]) -> None:
+    """Layers are turned by the one augmentation path (``turn_steps``, each step seeded on its own): every upright
+    flip (mirror images included), or all eight with ``rotate90``, and the same ones for the same seed."""
+    layer = np.random.default_rng(0).random((24, 24, 3), dtype=np.float32) * 0.5
+    clean = np.zeros((24, 24, 3), np.float32)
+    seen = []
+    for seed in range(64):
+        out = synth.transplant(clean, layer, np.random.default_rng(seed), rotate90=rotate90, beta=0.0)
+        again = synth.transplant(clean, layer, np.random.default_rng(seed), rotate90=rotate90, beta=0.0)
+        assert np.array_equal(out, again)
+        seen.append(next(k for k in range(8) if np.array_equal(out, synth.dihedral(layer, k))))
+    assert set(seen) == orientations
+
+
 def test_transplant_resizes_a_small_residual_up() -> None:
     out = synth.transplant(
         np.zeros((64, 64, 3), np.float32), np.full((16, 8, 3), 0.25, np.float32), np.random.default_rng(0)

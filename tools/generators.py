@@ -1,7 +1,7 @@
 """How close is a rain generator to real heavy rain? Train on its rain alone, score on every real heavy pair.
 
     DERAIN_DATA=../shared/data python tools/generators.py runs/generators                 # the default arms
-    DERAIN_DATA=../shared/data python tools/generators.py runs/generators --arms rain100h layered real14
+    python tools/generators.py runs/generators --data ../shared/data --arms rain100h layered real14
 
 Each arm trains ``DerainNet()`` from scratch with one fixed budget (``--steps`` of ``--batch`` × ``--patch``²,
 seed 0, lr 8e-4 after 100 warm-up steps, ``--precision``) on the same photos: the BSDS500 pool of
@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import yaml
+from research import add_data_argument, held_out, paired_difference
 
 from derain.data.overlap import leave_out_shown, signatures
-from derain.data.split import seeded_share
-from derain.evaluate import evaluate, spread
+from derain.evaluate import evaluate
 from derain.io import atomic_output, list_images
 from derain.pairing import find_pairs
 from derain.synth import RAIN_STYLES
@@ -45,28 +44,24 @@ HEAVY = ("rain100h-train-mini", "rain200h-test-samples")
 """The folders of the 21 real heavy pairs, under ``$DERAIN_DATA``."""
 PHOTOS = "clean/bsds500-leakfree"
 REFERENCE = "real14"
-VAL_FRACTION, DATA_SEED = 0.2, 0
-"""The recipe's seeded hold-out of Rain100H's pairs (``val_from``, ``val_fraction``, data ``seed``): 4 of 18."""
+VAL_FRACTION = 0.2
+"""The recipe's seeded hold-out of Rain100H's pairs (``val_from``, ``val_fraction``, data seed 0): 4 of 18."""
 DEFAULT_ARMS = ("rain100h", "layered", REFERENCE)
 
 
-def data_root() -> Path:
-    value = os.environ.get("DERAIN_DATA")
-    if not value:
-        raise SystemExit(
-            "error: set DERAIN_DATA to the folder that holds the data sets (e.g. ../shared/data)"
-        )
-    root = Path(value)
+def check_data(parser: argparse.ArgumentParser, data: Path | None) -> Path:
+    """``--data``, checked: every folder the arms need is there; a missing one is named."""
+    if data is None:
+        parser.error("set --data or $DERAIN_DATA to the folder that holds the data sets (e.g. ../shared/data)")
     for name in (*HEAVY, PHOTOS):
-        if not (root / name).is_dir():
-            raise SystemExit(f"error: {root / name} is missing (DERAIN_DATA={value}); it holds {name}")
-    return root
+        if not (data / name).is_dir():
+            parser.error(f"{data / name} is missing (--data {data}): the arms need {name}")
+    return data
 
 
 def honest_names(data: Path) -> dict[str, set[str]]:
     """Rainy file names, per heavy folder, of the pairs no arm trains on."""
-    mini = find_pairs(data / HEAVY[0])
-    held = {mini[i][0].name for i in seeded_share(len(mini), VAL_FRACTION, DATA_SEED)}
+    held = {rain.name for rain, _ in held_out(data / HEAVY[0])}
     return {HEAVY[0]: held, HEAVY[1]: {rain.name for rain, _ in find_pairs(data / HEAVY[1])}}
 
 
@@ -178,19 +173,12 @@ def score(arm: str, weights: Path, data: Path) -> list[dict]:
 
 
 def paired(rows: list[dict], base: list[dict], keep) -> dict:
-    """Mean, 95 % bootstrap interval and wins of ``rows − base`` over the pairs ``keep`` selects."""
-    diffs = [
-        {"d": r["psnr_y"] - b["psnr_y"]}
-        for r, b in zip(rows, base, strict=True)
-        if keep(r) and r["pair"] == b["pair"]
-    ]
-    stats = spread(diffs, "d")
-    return {
-        "mean": float(np.mean([d["d"] for d in diffs])),
-        "ci95": stats["ci95"],
-        "wins": sum(d["d"] > 0 for d in diffs),
-        "n": len(diffs),
-    }
+    """``rows − base`` in PSNR-Y over the pairs ``keep`` selects: mean, spread, 95 % interval, wins, count."""
+    kept = [(r, b) for r, b in zip(rows, base, strict=True) if keep(r)]
+    if any(r["pair"] != b["pair"] for r, b in kept):
+        raise SystemExit("error: the arms' scores list different pairs; delete OUT/*/scores.json and rerun")
+    diff = paired_difference([r["psnr_y"] for r, _ in kept], [b["psnr_y"] for _, b in kept])
+    return diff | {"n": len(kept)}
 
 
 def summarise(scores: dict[str, list[dict]]) -> dict:
@@ -234,6 +222,7 @@ def print_table(summary: dict, first: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder for the arms' runs and the summary")
+    add_data_argument(parser, required=False)
     parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="procedural styles, or real14")
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--batch", type=int, default=8)
@@ -249,12 +238,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(
             f"--steps, --batch must be >= 1 and --patch >= 32, got {args.steps}, {args.batch}, {args.patch}"
         )
+    args.data = check_data(parser, args.data)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    data = data_root()
+    data = args.data
     photos, kept, left = photo_folder(data, args.out)
     print(f"photos: {kept} of the BSDS pool ({left} show a heavy pair's background and are left out)")
     scores = {arm: score(arm, train(arm, data, photos, args.out, args), data) for arm in args.arms}

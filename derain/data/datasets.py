@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from derain.io import ImageReadError, read_rgb, to_tensor
 from derain.pairing import DataError, Pair, pair_name
 from derain.synth import add_rain, transplant_layers
+from derain.synth.transplant import seed_steps
 
 from .options import Synthesis
 from .transforms import Seeded, crop_transform
@@ -180,7 +181,7 @@ class SyntheticRainDataset(Seeded, Dataset):
             raise IndexError(f"index {index} out of range for a synthetic set of {self.length}")
         if self.fixed:
             self.rng = np.random.default_rng([self.seed, index])
-            self.transform.set_random_seed(int(self.rng.integers(2**31)))
+            seed_steps(self.transform, self.rng)
         rng, syn = self.rng, self.synthesis
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = self.transform(image=image)["image"].astype(np.float32) / 255.0

@@ -12,6 +12,8 @@ import cv2
 import numpy as np
 from torch.utils.data import ConcatDataset, get_worker_info
 
+from derain.synth.transplant import seed_steps, turn_steps
+
 __all__ = ["Seeded", "crop_transform", "seed_worker"]
 
 
@@ -21,20 +23,15 @@ def crop_transform(patch_size: int | None, *, random: bool, turns: str) -> A.Com
     Args:
         patch_size: crop side, or None for whole images.
         random: random crops and flips; otherwise a centre crop and nothing else.
-        turns: ``"upright"``: horizontal and vertical flips (rain stays near vertical); ``"rotate90"``:
-            horizontal flips and 90° turns; ``"any"``: all 8 flips and turns (clean photos before rain).
+        turns: which flips and turns (``derain.synth.transplant.turn_steps``: ``"upright"``, ``"rotate90"``,
+            ``"any"``).
     """
     steps: list[A.BasicTransform] = []
     if patch_size is not None:
         steps.append(A.PadIfNeeded(patch_size, patch_size, border_mode=cv2.BORDER_REFLECT_101))
         steps.append(A.RandomCrop(patch_size, patch_size) if random else A.CenterCrop(patch_size, patch_size))
     if random:
-        flips = {
-            "upright": [A.HorizontalFlip(p=0.5), A.VerticalFlip(p=0.5)],
-            "rotate90": [A.HorizontalFlip(p=0.5), A.RandomRotate90(p=1.0)],
-            "any": [A.SquareSymmetry(p=1.0)],
-        }
-        steps += flips[turns]
+        steps += turn_steps(turns)  # the flips rain layers get too
     return A.Compose(steps, additional_targets={"clean": "image"}, seed=0) if steps else None
 
 
@@ -53,7 +50,7 @@ class Seeded:
         """Start this process's stream (``DerainDataModule``'s ``worker_init_fn`` calls it in every worker)."""
         self.rng = np.random.default_rng([self.seed, self.SALT, worker_seed, rank])
         if self.transform is not None:
-            self.transform.set_random_seed(int(self.rng.integers(2**31)))
+            seed_steps(self.transform, self.rng)
 
 
 def seed_worker(worker_id: int, rank: int = 0) -> None:

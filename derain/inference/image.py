@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ __all__ = [
     "DEFAULT_TILE",
     "ENSEMBLE_FLIPS",
     "MAX_PIXELS_UNTILED",
+    "RestoreOptions",
     "blend_window",
     "ensemble_flips",
     "restore",
@@ -103,18 +105,6 @@ def _full_scale(image: np.ndarray) -> float:
     raise ValueError(f"restore expects uint8 or uint16 pixels, got {image.dtype}")
 
 
-def _tile_size(pixels: int, tile: int | None, overlap: int, max_pixels_untiled: int) -> int:
-    """The tile size ``restore`` uses (0: whole image) for an image of ``pixels``, once ``tile`` and ``overlap``
-    are checked: ``tile=None`` tiles with ``DEFAULT_TILE`` only above ``max_pixels_untiled``."""
-    if tile is None:
-        tile = DEFAULT_TILE if pixels > max_pixels_untiled else 0
-    if tile < 0 or overlap < 0:
-        raise ValueError(f"tile and overlap should be >= 0, got tile={tile}, overlap={overlap}")
-    if tile and overlap >= tile:
-        raise ValueError(f"overlap ({overlap}) should be smaller than tile ({tile})")
-    return tile
-
-
 ENSEMBLE_FLIPS: dict[int, tuple[tuple[int, ...], ...]] = {
     1: ((),),
     2: ((), (3,)),
@@ -128,6 +118,47 @@ def ensemble_flips(ensemble: int) -> tuple[tuple[int, ...], ...]:
     if ensemble not in ENSEMBLE_FLIPS:
         raise ValueError(f"ensemble should be one of {sorted(ENSEMBLE_FLIPS)}, got {ensemble!r}")
     return ENSEMBLE_FLIPS[ensemble]
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    """How :func:`restore` runs the network on an image: tiling and self-ensemble, checked once when made.
+
+    What the commands build from ``--tile --overlap --ensemble`` and pass down to ``restore`` (and, through it, to
+    every frame of a video). A ``ValueError`` names the value that cannot work.
+
+    Args:
+        tile: tile size in pixels; ``None`` tiles only images over ``max_pixels_untiled`` (with ``DEFAULT_TILE``);
+            ``0`` never tiles.
+        overlap: pixels shared by neighbouring tiles: ``0 <= overlap < tile`` (``DEFAULT_TILE`` for ``None``).
+        ensemble: average over this many upright flips (1, 2 or 4; ``ENSEMBLE_FLIPS``).
+
+    Example:
+        >>> RestoreOptions(tile=256, overlap=32, ensemble=2).ensemble
+        2
+        >>> RestoreOptions(tile=64, overlap=64)
+        Traceback (most recent call last):
+        ...
+        ValueError: need tile >= 0 and 0 <= overlap < tile, got tile=64, overlap=64
+    """
+
+    tile: int | None = None
+    overlap: int = 32
+    ensemble: int = 1
+
+    def __post_init__(self) -> None:
+        tile = DEFAULT_TILE if self.tile is None else self.tile  # what restore uses on a large image
+        if tile < 0 or self.overlap < 0 or (tile and self.overlap >= tile):
+            raise ValueError(
+                f"need tile >= 0 and 0 <= overlap < tile, got tile={self.tile}, overlap={self.overlap}"
+            )
+        ensemble_flips(self.ensemble)
+
+    def tile_for(self, pixels: int, max_pixels_untiled: int = MAX_PIXELS_UNTILED) -> int:
+        """The tile size for an image of ``pixels`` (0: the whole image at once)."""
+        if self.tile is None:
+            return DEFAULT_TILE if pixels > max_pixels_untiled else 0
+        return self.tile
 
 
 def _model_device_dtype(
@@ -153,6 +184,7 @@ def restore(
     max_pixels_untiled: int = MAX_PIXELS_UNTILED,
     batch_size: int = 1,
     ensemble: int = 1,
+    options: RestoreOptions | None = None,
 ) -> np.ndarray:
     """Derain one image array; the result has the input's shape and dtype.
 
@@ -180,6 +212,8 @@ def restore(
             back (1: none; 2: also the mirror image; 4: also upside down and both). Costs that many forward
             passes. Flips only, no 90° turns: those would make falling streaks horizontal, which the shipped
             weights never saw in training.
+        options: ``tile``, ``overlap`` and ``ensemble`` at once, as the commands pass them down
+            (:class:`RestoreOptions`); given, those three keep their defaults.
 
     Returns:
         The derained image, same shape and dtype as ``image``.
@@ -192,10 +226,16 @@ def restore(
     h, w = rgb.shape[:2]
     if h == 0 or w == 0:
         raise ValueError(f"restore got an empty image of shape {image.shape}")
-    tile = _tile_size(h * w, tile, overlap, max_pixels_untiled)
+    if options is None:
+        options = RestoreOptions(tile=tile, overlap=overlap, ensemble=ensemble)
+    elif (tile, overlap, ensemble) != (None, 32, 1):
+        raise TypeError(
+            "restore: pass tile, overlap and ensemble either in options or on their own, not both"
+        )
+    tile, overlap = options.tile_for(h * w, max_pixels_untiled), options.overlap
     if batch_size < 1:
         raise ValueError(f"batch_size should be >= 1, got {batch_size}")
-    flips = ensemble_flips(ensemble)
+    flips = ENSEMBLE_FLIPS[options.ensemble]
     device, dtype = _model_device_dtype(model, device)
     was_training = model.training
     model.eval()

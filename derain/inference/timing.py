@@ -1,6 +1,7 @@
 """How long restoring takes on this machine: :class:`SpeedEstimate`, for expected times shown before a photo runs.
 
-No gradio here: the web page and ``benchmarks/page.py`` share it.
+Only the measuring: what the web page makes of it (its default quality) is the page's (``derain.page``), and
+``benchmarks/page.py`` checks it against measured times.
 
 Example:
     >>> speed = SpeedEstimate(2.0)              # 2 s a megapixel for one pass
@@ -13,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import threading
 import time
@@ -21,13 +23,9 @@ from collections import deque
 import numpy as np
 from torch import nn
 
-from .image import restore
+from .image import RestoreOptions, restore
 
-__all__ = ["BEST_DEFAULT_MAX_S", "SpeedEstimate"]
-
-BEST_DEFAULT_MAX_S = 3.0
-""":meth:`SpeedEstimate.auto_quality` picks *Best* when it is expected to take at most this many seconds for a
-1-megapixel photo, else *Fast* (one pass)."""
+__all__ = ["SpeedEstimate"]
 
 
 class SpeedEstimate:
@@ -54,26 +52,27 @@ class SpeedEstimate:
 
     @classmethod
     def measure(
-        cls, model: nn.Module, *, tile: int | None, overlap: int, rounds: int = 3, window: int = 9
+        cls, model: nn.Module, *, options: RestoreOptions | None = None, rounds: int = 3, window: int = 9
     ) -> SpeedEstimate:
         """The start-up reading of ``model``: one warm-up pass on a ``CALIBRATION``-sized photo (first-call set-up
         is not per pixel), then the median of ``rounds`` timed passes.
 
         Args:
             model: the network, as :func:`derain.inference.restore` runs it.
-            tile: tile size passed to ``restore``.
-            overlap: tile overlap passed to ``restore``.
+            options: the tiling ``restore`` runs with (default ``RestoreOptions()``); one pass whatever its
+                ``ensemble``, as the estimate is per pass.
             rounds: timed passes after the warm-up (>= 1).
             window: see the class.
         """
         if rounds < 1:
             raise ValueError(f"rounds should be >= 1, got {rounds}")
+        one_pass = dataclasses.replace(options or RestoreOptions(), ensemble=1)
         image = np.random.default_rng(0).integers(0, 256, (*cls.CALIBRATION, 3), dtype=np.uint8)
-        restore(model, image, tile=tile, overlap=overlap)
+        restore(model, image, options=one_pass)
         times = []
         for _ in range(rounds):
             start = time.perf_counter()
-            restore(model, image, tile=tile, overlap=overlap)
+            restore(model, image, options=one_pass)
             times.append(time.perf_counter() - start)
         megapixels = image.shape[0] * image.shape[1] / 1e6
         return cls(max(statistics.median(times), 1e-9) / megapixels, window=window)
@@ -87,11 +86,6 @@ class SpeedEstimate:
     def seconds(self, pixels: int, passes: int = 1) -> float:
         """Expected seconds for a photo of ``pixels`` derained with ``passes`` network passes."""
         return self.per_megapixel * pixels / 1e6 * passes
-
-    def auto_quality(self, ensemble: int) -> str:
-        """``"best"`` when *Best* (``ensemble`` passes) is expected to take at most ``BEST_DEFAULT_MAX_S`` for a
-        1-megapixel photo, else ``"fast"``."""
-        return "best" if self.seconds(10**6, ensemble) <= BEST_DEFAULT_MAX_S else "fast"
 
     def update(self, pixels: int, passes: int, seconds: float) -> None:
         """Fold in a measured photo of ``pixels`` that took ``seconds`` with ``passes`` passes (ignored unless

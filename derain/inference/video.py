@@ -29,7 +29,7 @@ from torch import nn
 from derain.extras import available, missing, require
 from derain.io import atomic_output
 
-from .image import restore
+from .image import RestoreOptions, restore
 
 if TYPE_CHECKING:
     import av
@@ -167,9 +167,7 @@ def derain_video(
     src: str | os.PathLike,
     dst: str | os.PathLike,
     *,
-    tile: int | None = None,
-    overlap: int = 32,
-    ensemble: int = 1,
+    options: RestoreOptions | None = None,
     crf: int = DEFAULT_CRF,
     max_frames: int | None = None,
     on_frame: Callable[[int], None] | None = None,
@@ -180,7 +178,7 @@ def derain_video(
         model: the network (``load_model``; either backend).
         src: the input video (anything FFmpeg decodes).
         dst: the output file; its suffix picks the container (``.mp4``, ``.mov``, ``.mkv``, ``.m4v``).
-        tile, overlap, ensemble: passed to ``restore`` for each frame.
+        options: tiling and ensemble, passed to ``restore`` for each frame (default ``RestoreOptions()``).
         crf: x264 quality (0 lossless … 51; default 18).
         max_frames: refuse videos with more frames than this (``None``: any length).
         on_frame: called with the number of frames done after each frame (progress).
@@ -203,7 +201,7 @@ def derain_video(
             src,
             tmp,
             dst.suffix.lower(),
-            dict(tile=tile, overlap=overlap, ensemble=ensemble),
+            options or RestoreOptions(),
             crf,
             max_frames,
             on_frame,
@@ -216,7 +214,7 @@ def _transcode(
     src: Path,
     tmp: Path,
     container_suffix: str,
-    restore_options: dict,
+    options: RestoreOptions,
     crf: int,
     max_frames: int | None,
     on_frame: Callable[[int], None] | None,
@@ -264,7 +262,7 @@ def _transcode(
                         if max_frames is not None and frames > max_frames:
                             raise VideoError(src, f"more than the {max_frames} frames allowed")
                         rgb = frame.to_ndarray(format="rgb24")
-                        clean = restore(model, rgb, **restore_options)
+                        clean = restore(model, rgb, options=options)
                         encoded = av.VideoFrame.from_ndarray(np.ascontiguousarray(clean), format="rgb24")
                         encoded.pts = frames - 1
                         encoded.time_base = frame_time

@@ -1,5 +1,5 @@
 """A rain layer in numbers: its floor, coverage, streak brightness, fall angle and its spread, and the streaks'
-length and width, the statistics ``benchmarks/streaks.py`` compares between Rain100H's real layers and ours, and
+length and width, the statistics ``tools/streaks.py`` compares between Rain100H's real layers and ours, and
 ``tests/test_batch_rain.py`` between the two procedural renderers.
 
 A layer is a grey (H, W) float array in [0, 1] (``recover_layer(rainy, clean).mean(2)``, or a rendered layer).

@@ -132,7 +132,7 @@ RAIN_STYLES: dict[str, RainStyle] = {
         haze=(0.02, 0.1),
     ),
     # Fitted by hand to the 18 Rain100H development layers (recovered under the fitted composite), measured with
-    # benchmarks/streaks.py (median [quartiles]; real | heavy | this): coverage above 0.1 0.79 [0.60, 0.85] |
+    # tools/streaks.py (median [quartiles]; real | heavy | this): coverage above 0.1 0.79 [0.60, 0.85] |
     # 0.47 | 0.71 [0.63, 0.80]; autocorrelation length 32 [19, 36] | 21 | 31 [28, 36] px; width 3 | 2 | 3 px;
     # fall angle quartiles −2°…+5° | −6°…+21° | −1°…+3°; streak brightness median / 90th percentile 0.31 / 0.58 |
     # 0.36 / 0.56 | 0.35 / 0.55; veil floor (10th percentile) 0.025 | 0.027 | 0.014. Not in "any".

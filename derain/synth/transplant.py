@@ -1,29 +1,87 @@
 """Rain-layer transplant: a real pair's rain layer (or a rendered streak layer), flipped, cropped and varied, put
 on another clean photo with the composite (``derain.synth.composite``).
 
-Every function is pure: randomness comes only from the ``numpy.random.Generator`` passed in.
+Every function is pure: randomness comes only from the ``numpy.random.Generator`` passed in. Layers are flipped
+and turned by the one augmentation path, albumentations' (:func:`turn_steps`, which the training crops of
+``derain.data`` use too), seeded from that generator.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
 
 from .composite import COMPOSITE_BETA, as_float, check_image, composite
 
-__all__ = ["LayerAugment", "dihedral", "transplant", "transplant_layers"]
+__all__ = ["LayerAugment", "dihedral", "seed_steps", "transplant", "transplant_layers", "turn_steps"]
 
 Range = tuple[float, float]
 
 
 def dihedral(image: np.ndarray, k: int) -> np.ndarray:
-    """One of the 8 flips/90° rotations of an (H, W, ...) array: ``k`` in 0..7 (bit 2 = horizontal flip)."""
+    """One of the 8 flips/90° rotations of an (H, W, ...) array: ``k`` in 0..7 (bit 2 = horizontal flip); a
+    reference to check turned images against (what turns them is :func:`turn_steps`)."""
     if k >= 4:
         image = image[:, ::-1]
     return np.rot90(image, k % 4)
+
+
+def turn_steps(turns: str) -> list:
+    """The random flips and turns of the one augmentation path (albumentations transforms), for training pairs,
+    clean photos (``derain.data.transforms.crop_transform``) and rain layers (:func:`transplant`).
+
+    Args:
+        turns: ``"upright"``: horizontal and vertical flips (rain stays near vertical); ``"rotate90"``: horizontal
+            flips and 90° turns; ``"any"``: all 8 flips and turns (clean photos before rain).
+    """
+    import albumentations as A  # on use: importing derain.synth stays light
+
+    steps = {
+        "upright": lambda: [A.HorizontalFlip(p=0.5), A.VerticalFlip(p=0.5)],
+        "rotate90": lambda: [A.HorizontalFlip(p=0.5), A.RandomRotate90(p=1.0)],
+        "any": lambda: [A.SquareSymmetry(p=1.0)],
+    }
+    if turns not in steps:
+        raise ValueError(f"turns should be one of {', '.join(steps)}, got {turns!r}")
+    return steps[turns]()
+
+
+def seed_steps(transform: Any, rng: np.random.Generator) -> None:
+    """Seed an albumentations ``Compose`` from ``rng``, each of its steps with a seed of its own.
+
+    ``Compose.set_random_seed`` gives every step the same seed, so the steps draw the same numbers: a horizontal
+    and a vertical flip at ``p=0.5`` are then always applied together (two of the four upright orientations, never
+    a mirror image), and a random crop's position follows the flip.
+    """
+    transform.set_random_seed(int(rng.integers(2**31)))
+    for step in transform.transforms:
+        step.set_random_seed(int(rng.integers(2**31)))
+
+
+@functools.cache
+def _turner(turns: str, transpose: bool) -> Any:
+    """``turn_steps(turns)`` (then a transpose, which swaps H and W) as one transform, made once a process; each
+    use reseeds it from the caller's generator."""
+    import albumentations as A
+
+    return A.Compose(turn_steps(turns) + ([A.Transpose(p=1.0)] if transpose else []), seed=0)
+
+
+def _turn(layer: np.ndarray, h: int, w: int, rng: np.random.Generator, rotate90: bool) -> np.ndarray:
+    """``layer`` randomly flipped (and with ``rotate90`` turned), preferring turns that leave it at least (h, w)."""
+    lh, lw = layer.shape[:2]
+    plain, turned = lh >= h and lw >= w, lw >= h and lh >= w
+    if rotate90 and plain != turned:  # one orientation fits: flips only, in that orientation
+        turner = _turner("upright", transpose=turned)
+    else:
+        turner = _turner("rotate90" if rotate90 else "upright", transpose=False)
+    seed_steps(turner, rng)
+    return np.ascontiguousarray(turner(image=layer)["image"])
 
 
 @dataclass(frozen=True)
@@ -130,10 +188,7 @@ def transplant(
     rh, rw = residual.shape[:2]
     if rh < 1 or rw < 1:
         raise ValueError(f"transplant: the rain residual is empty, shape {residual.shape}")
-    allowed = range(8) if rotate90 else range(0, 8, 2)  # odd k rotates by 90° and swaps H, W
-    fits = [k for k in allowed if (rh, rw)[k % 2] >= h and (rw, rh)[k % 2] >= w]
-    k = int(rng.choice(fits)) if fits else int(rng.choice(list(allowed)))
-    layer = np.ascontiguousarray(dihedral(as_float(residual), k))
+    layer = _turn(as_float(residual), h, w, rng, rotate90)
     if augment is not None and augment.warps:
         matrix = _window_matrix(layer.shape[:2], h, w, rng, augment.scale, augment.angle)
         flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP

@@ -1,7 +1,7 @@
 """Real rain, weights side by side: how much rain each removes, whether rain-free photos stay, and a gallery.
 
-    DERAIN_DATA=../shared/data python benchmarks/real_rain.py --weights runs/stages/stage7.safetensors \
-        derain/weights/derain-small.safetensors --names "stage 7" "stage 8" --gallery benchmarks/out/real.png
+    DERAIN_DATA=../shared/data python tools/real_rain.py --weights runs/stages/stage7.safetensors \
+        derain/weights/derain-small.safetensors --names "stage 7" "stage 8" --gallery runs/real.png
 
 Real rainy photos have no clean image, so this measures what a model does (``docs/design.md``, Metrics):
 - **rain removed**: mean |rainy − derained| in 8-bit levels, per photo, over each real set (``real-rainy``'s 127
@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-from common import load_weights, paired_difference
+from gallery import change_levels, gallery
+from research import add_data_argument, load_weights, paired_difference
 
 from derain.evaluate import score_pair, spread
 from derain.inference import restore
-from derain.inference.gallery import change_levels, gallery
 from derain.io import IMAGE_SUFFIXES, ImageReadError, atomic_output, list_images, read_rgb, write_image_atomic
 
 REAL_SETS = {"real-rainy": "real-rainy/rain", "spa": "spa-samples/rain", "webcam": "gtrain-webcam-pairs/rain"}
@@ -166,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "--weights", nargs="+", required=True, help="two or more weights files (the first is the base)"
     )
     parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("DERAIN_DATA", "../shared/data")))
+    add_data_argument(parser)
     parser.add_argument("--gallery", type=Path, help="write the gallery PNG here")
     parser.add_argument("--gallery-rows", type=int, default=14, help="real photos in the gallery")
     parser.add_argument("--height", type=int, default=200, help="gallery row height (pixels)")

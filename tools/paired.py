@@ -1,10 +1,10 @@
 """Weights side by side on held-out pairs: mean PSNR-Y/SSIM-Y a set, and paired differences against the first.
 
-    DERAIN_DATA=../shared/data python benchmarks/heavy_val.py runs/heavy-val     # once: the 200 heavy pairs
-    DERAIN_DATA=../shared/data python benchmarks/paired.py --weights A.safetensors B.safetensors --names A B
+    DERAIN_DATA=../shared/data python tools/heavy_val.py runs/heavy-val     # once: the 200 heavy pairs
+    DERAIN_DATA=../shared/data python tools/paired.py --weights A.safetensors B.safetensors --names A B
 
 The sets (MATLAB-Y PSNR/SSIM of 8-bit outputs, ``derain.evaluate``; none trained on by stage 9):
-- ``heavy200``: the held-out heavy set of ``benchmarks/heavy_val.py`` (``--heavy-val``);
+- ``heavy200``: the held-out heavy set of ``tools/heavy_val.py`` (``--heavy-val``);
 - ``heavy7``: the 7 real heavy pairs whose layers it uses (Rain100H's 4 seeded hold-outs, Rain200H's 3);
 - ``light40``: RainTrainL's seeded 40 (``val_from``, 20 %, data seed 0);
 - ``rain200l``: Rain200L's 3.
@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-from common import held_out, load_weights, paired_difference
+from research import add_data_argument, held_out, load_weights, paired_difference
 
 from derain.evaluate import evaluate, spread
 from derain.io import atomic_output
@@ -56,7 +55,7 @@ def score(model: torch.nn.Module, parts: list[tuple[Path, list[str] | None]]) ->
     for folder, names in parts:
         if not (folder / "rain").is_dir():
             raise SystemExit(
-                f"error: {folder} has no rain/ folder (build runs/heavy-val with benchmarks/heavy_val.py)"
+                f"error: {folder} has no rain/ folder (build runs/heavy-val with tools/heavy_val.py)"
             )
         found, _, problems = evaluate(
             folder / "rain", folder / "norain", model=model, names=set(names) if names else None
@@ -103,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--weights", nargs="+", required=True, help="weights files; the first is the base")
     parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("DERAIN_DATA", "../shared/data")))
+    add_data_argument(parser)
     parser.add_argument("--heavy-val", type=Path, default=Path("runs/heavy-val"))
     parser.add_argument("--sets", nargs="+", choices=["heavy200", "heavy7", "light40", "rain200l"])
     parser.add_argument("--json", type=Path)

@@ -1,4 +1,4 @@
-"""Fit Rain100H's rain composite and show what the recovered layers lose: ``python benchmarks/composite.py``.
+"""Fit Rain100H's rain composite and show what the recovered layers lose: ``python tools/composite.py``.
 
 Model: ``rainy = clean + layer · (1 − β · clean)`` (β = 0: addition; β = 1: a screen blend). For each of the
 Rain100H development pairs, β is fitted so that the recovered layer ``(rainy − clean) / (1 − β · clean)`` no
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from common import report
+from research import add_data_argument, report, under_data
 
 from derain.io import read_rgb
 from derain.pairing import find_pairs
@@ -31,8 +31,6 @@ from derain.synth import (
     recover_layer,
 )
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "rain100h-train-mini"
-
 
 def edge_correlation(layer: np.ndarray, clean: np.ndarray) -> float:
     grey = cv2.cvtColor(as_float(clean), cv2.COLOR_RGB2GRAY)
@@ -42,13 +40,17 @@ def edge_correlation(layer: np.ndarray, clean: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", type=Path, default=DEFAULT, help="a folder of rain/norain pairs")
+    add_data_argument(parser, required=False)
+    parser.add_argument(
+        "--pairs", type=Path, help="a folder of rain/norain pairs (default: rain100h-train-mini in --data)"
+    )
     args = parser.parse_args()
+    pairs = under_data(parser, args.data, args.pairs, "rain100h-train-mini")
     rows, stats = (
         [],
         {k: [] for k in ("add", "screen", "beta", "fitted", "ghost_old", "ghost_new", "saturated")},
     )
-    for rain_path, clean_path in find_pairs(args.pairs):
+    for rain_path, clean_path in find_pairs(pairs):
         rainy, clean = read_rgb(rain_path), read_rgb(clean_path)
         values = {
             "add": background_correlation(rainy, clean, 0.0),

@@ -1,8 +1,8 @@
 """Ablation of DerainNet's attention choices: each variant trained for the same short budget, one table.
 
-    python benchmarks/ablation.py                      # 7 variants, ~20 minutes on a 2-core CPU
-    python benchmarks/ablation.py --variants hybrid agent-no-bias agent-no-dwc --steps 400 --minutes 4
-    python benchmarks/ablation.py --quick              # smoke test: 3 steps per variant on 64 px patches
+    python tools/ablation.py                      # 7 variants, ~20 minutes on a 2-core CPU
+    python tools/ablation.py --variants hybrid agent-no-bias agent-no-dwc --steps 400 --minutes 4
+    python tools/ablation.py --quick              # smoke test: 3 steps per variant on 64 px patches
 
 Every variant sees the same training batches in the same order (drawn once from ``DerainDataModule``: real
 Rain100H pairs plus synthetic rain on clean photos, seeded) and starts from the same seed. Training is a plain
@@ -31,6 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from derain.data import DerainDataModule, PairSources, Synthesis
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.pairing import DataError
 from derain.train import charbonnier_loss
 
 BLOCKS = (1, 2, 2, 2)  # DerainNet's default blocks per level
@@ -149,10 +150,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="training steps per variant (upper bound)")
     parser.add_argument("--minutes", type=float, default=2.0, help="training time per variant (upper bound)")
     parser.add_argument(
-        "--data", nargs="+", default=["../shared/data/rain100h-train-mini"], help="pair folders"
+        "--data",
+        nargs="+",
+        default=["$DERAIN_DATA/rain100h-train-mini"],
+        help="pair folders ($DERAIN_DATA expanded)",
     )
     parser.add_argument(
-        "--clean", nargs="*", default=["../shared/data/clean"], help="clean photos (synthetic rain)"
+        "--clean", nargs="*", default=["$DERAIN_DATA/clean"], help="clean photos (synthetic rain)"
     )
     parser.add_argument("--val-fraction", type=float, default=0.2, help="share of --data pairs held out")
     parser.add_argument("--patch", type=int, default=96)
@@ -168,11 +172,16 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = DerainDataModule(
-        pairs=PairSources(
+    try:  # the folders' $DERAIN_DATA is expanded here; unset, the error names it
+        pairs = PairSources(
             train_dirs=tuple(args.data), val_from=tuple(args.data), val_fraction=args.val_fraction
-        ),
-        synthesis=Synthesis(clean_dirs=tuple(args.clean), transplant_prob=0.8),
+        )
+        synthesis = Synthesis(clean_dirs=tuple(args.clean), transplant_prob=0.8)
+    except DataError as err:
+        parser.error(str(err))
+    data = DerainDataModule(
+        pairs=pairs,
+        synthesis=synthesis,
         patch_size=args.patch,
         batch_size=args.batch,
         num_workers=0,

@@ -1,4 +1,4 @@
-"""How Rain100H's streaks differ from ours: ``python benchmarks/streaks.py [--pairs DIR] [--garg DIR]``.
+"""How Rain100H's streaks differ from ours: ``python tools/streaks.py [--pairs DIR] [--garg DIR]``.
 
 Measures rain layers, grey (H, W) in [0, 1], from three sources:
 
@@ -21,14 +21,12 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from common import report
+from research import add_data_argument, report, under_data
 
 from derain.io import read_rgb
 from derain.pairing import find_pairs
 from derain.synth import COMPOSITE_BETA, add_rain, recover_layer
 from derain.synth.measure import STATS, layer_stats
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def summary(values: list[dict[str, float]]) -> dict[str, list[float]]:
@@ -37,27 +35,32 @@ def summary(values: list[dict[str, float]]) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", type=Path, default=DATA / "rain100h-train-mini", help="rain/norain pairs")
+    add_data_argument(parser, required=False)
     parser.add_argument(
-        "--garg", type=Path, default=DATA / "rain-streaks-garg06" / "layers", help="rendered streak layers"
+        "--pairs", type=Path, help="rain/norain pairs (default: rain100h-train-mini in --data)"
+    )
+    parser.add_argument(
+        "--garg", type=Path, help="rendered streak layers (default: rain-streaks-garg06/layers in --data)"
     )
     parser.add_argument(
         "--garg-count", type=int, default=60, help="rendered layers to measure (evenly spaced)"
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    pairs = under_data(parser, args.data, args.pairs, "rain100h-train-mini")
+    garg_dir = under_data(parser, args.data, args.garg, "rain-streaks-garg06/layers")
     rng = np.random.default_rng(args.seed)
     styles = ("heavy", "rain100h")
     sources: dict[str, list[dict[str, float]]] = {"rain100h": []} | {f"procedural {s}": [] for s in styles}
     sources["garg"] = []
-    for rain_path, clean_path in find_pairs(args.pairs):
+    for rain_path, clean_path in find_pairs(pairs):
         rainy, clean = read_rgb(rain_path), read_rgb(clean_path)
         sources["rain100h"].append(layer_stats(recover_layer(rainy, clean).mean(2)))
         for style in styles:
             for _ in range(2):
                 synthetic = (add_rain(clean, rng, style, beta=COMPOSITE_BETA) * 255).round().astype(np.uint8)
                 sources[f"procedural {style}"].append(layer_stats(recover_layer(synthetic, clean).mean(2)))
-    garg = sorted(args.garg.glob("*.png"))
+    garg = sorted(garg_dir.glob("*.png"))
     for path in garg[:: max(1, len(garg) // args.garg_count)]:
         sources["garg"].append(layer_stats(read_rgb(path).astype(np.float32).mean(2) / 255))
     result = {name: summary(values) | {"count": len(values)} for name, values in sources.items() if values}

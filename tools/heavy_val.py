@@ -1,6 +1,6 @@
 """Build the held-out heavy validation set: held-out Rain100H-family rain layers on held-out BSDS500 photos.
 
-    DERAIN_DATA=../shared/data python benchmarks/heavy_val.py runs/heavy-val      # 200 pairs, a few seconds
+    DERAIN_DATA=../shared/data python tools/heavy_val.py runs/heavy-val      # 200 pairs, a few seconds
 
 The layers are the rain of the seven heavy pairs no stage-9 run trains on: the four Rain100H training pairs
 that the recipe's seeded hold-out keeps for validation (``val_from``, ``val_fraction`` 0.2, data seed 0: the
@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 from pathlib import Path
 
 import cv2
 import numpy as np
-from common import held_out
+from research import add_data_argument, held_out
 
 from derain.data.overlap import content_signature, shows_any, signatures
 from derain.io import atomic_output, list_images, read_rgb, write_image_atomic
@@ -56,13 +55,16 @@ def pick_photos(data: Path, count: int, seed: int) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="folder to write (rain/, norain/, manifest.csv)")
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("DERAIN_DATA", "../shared/data")))
+    add_data_argument(parser)
     parser.add_argument("--photos", type=int, default=50)
     parser.add_argument("--per-photo", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if not (args.data / HEAVY).is_dir():
-        print(f"error: {args.data / HEAVY} does not exist; set --data or DERAIN_DATA", file=sys.stderr)
+        print(
+            f"error: {args.data / HEAVY} does not exist; --data (or $DERAIN_DATA) should hold it",
+            file=sys.stderr,
+        )
         return 2
     donors = heldout_heavy_pairs(args.data)
     layers = [cv2.subtract(read_rgb(rain), read_rgb(clean)) for rain, clean in donors]

@@ -1,0 +1,52 @@
+"""tools/generators.py, the generator-fidelity benchmark: its arms' configs and its errors (the training runs
+themselves are research, minutes each, not tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import SHARED_DATA, need_shared_data
+from test_real_rain import tool
+
+generators = tool("generators")
+
+
+def test_a_missing_data_folder_is_named(tmp_path: Path, capsys) -> None:
+    (tmp_path / "rain100h-train-mini").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        generators.main([str(tmp_path / "out"), "--data", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert f"{tmp_path / 'rain200h-test-samples'} is missing" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_an_unknown_arm_names_the_choices(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        generators.main([str(tmp_path), "--data", str(tmp_path), "--arms", "drizzle"])
+    assert exit_info.value.code == 2
+    assert "unknown arm(s) ['drizzle']: expected real14 or styles" in capsys.readouterr().err
+
+
+def test_generated_arms_see_no_real_heavy_layer_and_the_reference_sees_14(tmp_path: Path) -> None:
+    need_shared_data(SHARED_DATA / "rain200h-test-samples")
+    args = generators.parse_args([str(tmp_path), "--data", str(SHARED_DATA)])
+    photos = tmp_path / "photos"
+    layered = generators.arm_config("layered", SHARED_DATA, photos, tmp_path / "layered", args)
+    pairs, synthesis = layered["data"]["pairs"], layered["data"]["synthesis"]
+    assert "train_dirs" not in pairs and synthesis["transplant_prob"] == 0.0
+    assert synthesis["procedural_styles"] == ["layered"] and synthesis["clean_dirs"] == [str(photos)]
+    reference = generators.arm_config("real14", SHARED_DATA, photos, tmp_path / "real14", args)
+    mini = str(SHARED_DATA / "rain100h-train-mini")
+    assert reference["data"]["pairs"]["train_dirs"] == reference["data"]["pairs"]["val_from"] == [mini]
+    assert reference["data"]["synthesis"]["transplant_from"] == [mini]
+    honest = generators.honest_names(SHARED_DATA)
+    assert [len(v) for v in honest.values()] == [4, 3]  # the 7 pairs no arm trains on
+
+
+def test_the_photos_leave_out_every_heavy_background(tmp_path: Path) -> None:
+    need_shared_data(SHARED_DATA / "clean" / "bsds500-leakfree")
+    folder, kept, left = generators.photo_folder(SHARED_DATA, tmp_path)
+    photos = generators.list_images(SHARED_DATA / generators.PHOTOS, recursive=True)
+    assert left >= 9 and kept + left == len(photos)  # 9 of Rain100H's 18 backgrounds are BSDS photos
+    assert len(list(folder.iterdir())) == kept

@@ -1,0 +1,89 @@
+"""What the research tools share: the data folder, loading weights to compare, the recipe's seeded hold-out,
+paired differences, and the printed report.
+
+The tools import it as ``research``: a script's own folder is the first entry of ``sys.path`` (``python
+tools/paired.py`` from any folder), so no tool imports another one, and nothing depends on the working folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from derain import load_model
+from derain.data.options import DATA_VARIABLE
+from derain.data.split import seeded_share
+from derain.evaluate import spread
+from derain.pairing import Pair, find_pairs
+from derain.weights import WeightsError
+
+VAL_FRACTION, DATA_SEED = 0.2, 0
+"""The shipped recipe's validation hold-out (``val_fraction``, data ``seed``: configs/derain-small/stage1.yaml)."""
+
+
+def add_data_argument(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--data DIR``, the folder that holds the data sets; default ``$DERAIN_DATA``. With ``required``, a command
+    line without either is a usage error that names both."""
+    default = os.environ.get(DATA_VARIABLE)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=default,
+        required=required and default is None,
+        help=f"the folder that holds the data sets (default: ${DATA_VARIABLE}"
+        + (", which is not set)" if default is None else f" = {default})"),
+    )
+
+
+def under_data(parser: argparse.ArgumentParser, data: Path | None, given: Path | None, relative: str) -> Path:
+    """``given`` when a folder option was given, else ``relative`` under ``--data``; neither is a usage error."""
+    if given is not None:
+        return given
+    if data is None:
+        parser.error(
+            f"name the folder, or set --data or ${DATA_VARIABLE} to the folder that holds {relative}"
+        )
+    return data / relative
+
+
+def load_weights(paths: Sequence[str]) -> list[torch.nn.Module]:
+    """Each weights file as a network on the CPU; one that does not load exits with a line naming it."""
+    models = []
+    for path in paths:
+        try:
+            models.append(load_model(path, device="cpu"))
+        except (WeightsError, OSError, RuntimeError) as err:
+            raise SystemExit(f"error: weights {path} do not load: {err}") from None
+    return models
+
+
+def held_out(folder: Path) -> list[Pair]:
+    """The pairs of ``folder`` that the recipe's seeded hold-out keeps for validation (``val_from``)."""
+    pairs = find_pairs(folder)
+    return [pairs[i] for i in seeded_share(len(pairs), VAL_FRACTION, DATA_SEED)]
+
+
+def paired_difference(values: Sequence[float], base: Sequence[float]) -> dict:
+    """Per-item ``values − base``: mean, standard deviation, 95 % bootstrap interval, and how many are above 0."""
+    diffs = [{"d": a - b} for a, b in zip(values, base, strict=True)]
+    stats = spread(diffs, "d")
+    return {
+        "mean": float(np.mean([d["d"] for d in diffs])),
+        "std": stats["std"],
+        "ci95": stats["ci95"],
+        "wins": int(sum(d["d"] > 0 for d in diffs)),
+    }
+
+
+def report(rows: list[tuple[str, str]], result: dict) -> None:
+    """Print the measurements (name, value), then one ``RESULT {...}`` JSON line for scripts to read."""
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    print("RESULT " + json.dumps(result))
