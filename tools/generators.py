@@ -52,7 +52,9 @@ DEFAULT_ARMS = ("rain100h", "layered", REFERENCE)
 def check_data(parser: argparse.ArgumentParser, data: Path | None) -> Path:
     """``--data``, checked: every folder the arms need is there; a missing one is named."""
     if data is None:
-        parser.error("set --data or $DERAIN_DATA to the folder that holds the data sets (e.g. ../shared/data)")
+        parser.error(
+            "set --data or $DERAIN_DATA to the folder that holds the data sets (e.g. ../shared/data)"
+        )
     for name in (*HEAVY, PHOTOS):
         if not (data / name).is_dir():
             parser.error(f"{data / name} is missing (--data {data}): the arms need {name}")
