@@ -77,6 +77,18 @@ def step_times(batch: int, patch: int, steps: int, channels_last: bool) -> tuple
     return statistics.median(times), (status_kb("VmHWM") - base) / 1024
 
 
+def alternately(step, steps: int) -> tuple[float, float]:
+    """Median seconds of ``step(0)`` and ``step(1)``, timed in turn ``steps`` times each (noise hits both alike)."""
+    times: list[list[float]] = [[], []]
+    for _ in range(steps):
+        for i in (0, 1):
+            t = time.perf_counter()
+            step(i)
+            times[i].append(time.perf_counter() - t)
+    first, second = (statistics.median(ts) for ts in times)
+    return first, second
+
+
 def precision_step_times(batch: int, patch: int, steps: int) -> dict[str, float]:
     """A training step of ``DerainNet()`` in float32 and under CPU bf16 autocast (what ``--trainer.precision
     bf16-mixed`` runs: the loss and the residual add stay float32), same start, timed alternately (medians,
@@ -98,13 +110,7 @@ def precision_step_times(batch: int, patch: int, steps: int) -> dict[str, float]
         return out.detach().float()
 
     diff = (step(0) - step(1)).abs().max().item()  # also the warm-up
-    times: list[list[float]] = [[], []]
-    for _ in range(steps):
-        for i in (0, 1):
-            t = time.perf_counter()
-            step(i)
-            times[i].append(time.perf_counter() - t)
-    fp32, bf16 = (statistics.median(ts) for ts in times)
+    fp32, bf16 = alternately(step, steps)
     return {"fp32_s": fp32, "bf16_s": bf16, "first_step_max_abs_diff": diff}
 
 
@@ -134,13 +140,7 @@ def compiled_step_times(batch: int, patch: int, steps: int) -> dict[str, float]:
     t = time.perf_counter()
     diff = (step(1) - first).abs().max().item()
     compile_s = time.perf_counter() - t
-    times: list[list[float]] = [[], []]
-    for _ in range(steps):
-        for i in (0, 1):
-            t = time.perf_counter()
-            step(i)
-            times[i].append(time.perf_counter() - t)
-    eager, fast = (statistics.median(ts) for ts in times)
+    eager, fast = alternately(step, steps)
     return {"eager_s": eager, "compiled_s": fast, "compile_s": compile_s, "max_abs_diff": diff}
 
 

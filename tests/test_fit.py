@@ -224,21 +224,28 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     assert psnr(pred, clean) > psnr(rain, clean) + 1.0, (psnr(pred, clean), psnr(rain, clean))
 
 
-@pytest.mark.slow
-def test_fit_tests_the_best_checkpoint_and_prints_the_table(tmp_path, capsys):
-    root = tmp_path / "Rain"
-    make_folder(root / "train", n=4)
-    make_folder(root / "test", n=2, seed=1)
-    args = [
+def rain_folder_run(root: Path, run: Path) -> list[str]:
+    """A tiny network trained on a ``root`` with train/ and test/ pair folders, into ``run``."""
+    return [
         *TINY_NET,
         *QUIET,
-        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        f"--trainer.default_root_dir={run}",
         f"--data.pairs.root={root}",
         "--data.pairs.val_fraction=0.25",
         "--data.pairs.drop_test_overlap=false",
         "--data.patch_size=32",
         "--data.batch_size=3",
         "--data.num_workers=0",
+    ]
+
+
+@pytest.mark.slow
+def test_fit_tests_the_best_checkpoint_and_prints_the_table(tmp_path, capsys):
+    root = tmp_path / "Rain"
+    make_folder(root / "train", n=4)
+    make_folder(root / "test", n=2, seed=1)
+    args = [
+        *rain_folder_run(root, tmp_path / "run"),
         "--trainer.max_steps=2",
         "--trainer.accelerator=cpu",
         "--export=false",
@@ -266,15 +273,7 @@ def test_an_averaged_run_tests_and_exports_the_average(tmp_path, capsys):
     make_folder(root / "train", n=4)
     make_folder(root / "test", n=2, seed=1)
     args = [
-        *TINY_NET,
-        *QUIET,
-        f"--trainer.default_root_dir={run}",
-        f"--data.pairs.root={root}",
-        "--data.pairs.val_fraction=0.25",
-        "--data.pairs.drop_test_overlap=false",
-        "--data.patch_size=32",
-        "--data.batch_size=3",
-        "--data.num_workers=0",
+        *rain_folder_run(root, run),
         "--trainer.max_steps=4",
         "--trainer.accelerator=cpu",
         "--model.lr=0.02",

@@ -11,7 +11,7 @@ gives the same image. Images are float32 arrays (H, W, 3) with values in [0, 1]:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cv2
 import numpy as np
@@ -159,23 +159,6 @@ RAIN_STYLES: dict[str, RainStyle] = {
         brightness=(0.2, 0.7),
         haze=(0.0, 0.12),
     ),
-    # "wide" plus what JORDER's model of Rain100H has (O = α(B + Σ S̃ₜ·R) + (1 − α)·A): layers of their own
-    # directions, fainter behind the first, soft, and a location map of where rain falls.
-    "layered": RainStyle(
-        layers=(1, 4),
-        density=(0.002, 0.008),
-        length=(16.0, 90.0),
-        angle=(-12.0, 12.0),
-        angle_jitter=2.0,
-        width=(2, 2),
-        brightness=(0.2, 0.75),
-        haze=(0.0, 0.12),
-        cross_prob=0.4,
-        cross_angle=30.0,
-        falloff=(0.6, 1.0),
-        blur=(0.0, 0.5),
-        location_prob=0.25,
-    ),
 }
 
 
@@ -199,6 +182,20 @@ class SharedRanges:
 
 SHARED = SharedRanges()
 """The one table of the shared ranges; the renderers read it, never their own copies."""
+
+# "wide", a little denser and brighter (the extras below thin and dim the layers behind the first), plus what
+# JORDER's model of Rain100H has (O = α(B + Σ S̃ₜ·R) + (1 − α)·A): layers of their own directions, fainter behind
+# the first, soft, and a location map of where rain falls.
+RAIN_STYLES["layered"] = replace(
+    RAIN_STYLES["wide"],
+    density=(0.002, 0.008),
+    brightness=(0.2, 0.75),
+    cross_prob=0.4,
+    cross_angle=30.0,
+    falloff=(0.6, 1.0),
+    blur=(0.0, 0.5),
+    location_prob=0.25,
+)
 
 ANY_STYLES: tuple[str, ...] = ("light", "medium", "heavy")
 """The styles ``add_rain(style="any")`` and ``BatchRain()`` draw from: light to heavy rain of any kind."""
