@@ -36,6 +36,8 @@ def test_generated_arms_see_no_real_heavy_layer_and_the_reference_sees_14(tmp_pa
     pairs, synthesis = layered["data"]["pairs"], layered["data"]["synthesis"]
     assert "train_dirs" not in pairs and synthesis["transplant_prob"] == 0.0
     assert synthesis["procedural_styles"] == ["layered"] and synthesis["clean_dirs"] == [str(photos)]
+    mixed = generators.arm_config("rain100h+layered", SHARED_DATA, photos, tmp_path / "mixed", args)
+    assert mixed["data"]["synthesis"]["procedural_styles"] == ["rain100h", "layered"]  # one drawn per sample
     reference = generators.arm_config("real14", SHARED_DATA, photos, tmp_path / "real14", args)
     mini = str(SHARED_DATA / "rain100h-train-mini")
     assert reference["data"]["pairs"]["train_dirs"] == reference["data"]["pairs"]["val_from"] == [mini]

@@ -9,8 +9,8 @@ seed 0, lr 8e-4 after 100 warm-up steps, ``--precision``) on the same photos: th
 pairs (Rain100H's 18 development pairs, Rain200H's 3; by content, ``derain.data.overlap``). An arm is either
 
 - a **generated** arm, named after a procedural style of ``derain.synth.RAIN_STYLES`` (``rain100h``, ``layered``,
-  ...): only that style's rain, no real pair or layer. Such a network never sees a real heavy layer, so all 21
-  pairs are held out from it;
+  ...), or several joined by ``+`` (one drawn per sample): only that rain, no real pair or layer. Such a network
+  never sees a real heavy layer, so all 21 pairs are held out from it;
 - the **reference** arm ``real14``: the 14 Rain100H pairs the recipe trains on (its seeded 20 % hold-out left
   out), as pairs and as transplanted rain layers on the same photos. It has seen 14 of the 21 layers.
 
@@ -94,7 +94,7 @@ def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Nam
         pairs["val_dirs"] = [str(data / HEAVY[1])]
         synthesis |= {"transplant_prob": 1.0, "transplant_from": [mini], "procedural_styles": ["heavy"]}
     else:
-        synthesis |= {"transplant_prob": 0.0, "procedural_styles": [arm]}
+        synthesis |= {"transplant_prob": 0.0, "procedural_styles": arm.split("+")}
     return {
         "seed_everything": 0,
         "trainer": {
@@ -233,7 +233,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--precision", default="32", help="the trainer's precision: 32, or bf16-mixed where the CPU has bf16"
     )
     args = parser.parse_args(argv)
-    unknown = [a for a in args.arms if a != REFERENCE and a not in RAIN_STYLES]
+    unknown = [a for a in args.arms if a != REFERENCE and not set(a.split("+")) <= set(RAIN_STYLES)]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}: expected {REFERENCE} or styles {sorted(RAIN_STYLES)}")
     if args.steps < 1 or args.batch < 1 or args.patch < 32:
