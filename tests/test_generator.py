@@ -101,9 +101,9 @@ def test_an_option_out_of_range_is_named_with_its_range(changes: dict, message: 
         with_(RainStyle(), **changes)
 
 
-def test_the_new_styles_render_heavy_rain() -> None:
+def test_the_heavy_styles_render_heavy_rain() -> None:
     clean = np.full((96, 128, 3), 0.4, np.float32)
-    for name in ("wide", "layered"):
+    for name in ("rain100h", "layered"):
         rainy = add_rain(clean, np.random.default_rng(0), name)
         assert (
             rainy.shape == clean.shape

@@ -65,7 +65,7 @@ def test_the_synthesis_checks_its_layer_options(tmp_path: Path) -> None:
 def test_procedural_styles_are_checked() -> None:
     with pytest.raises(
         DataError,
-        match=r"procedural_styles must name one or more of light, medium, heavy, rain100h, wide, layered; got \['drizzle'\] \('drizzle' unknown\)",
+        match=r"procedural_styles must name one or more of light, medium, heavy, rain100h, layered; got \['drizzle'\] \('drizzle' unknown\)",
     ):
         Synthesis(procedural_styles=("drizzle",))
     with pytest.raises(DataError, match=r"procedural_styles must name one or more"):

@@ -1,7 +1,7 @@
 """How close is a rain generator to real heavy rain? Train on its rain alone, score on every real heavy pair.
 
     DERAIN_DATA=../shared/data python tools/generators.py runs/generators                 # the default arms
-    python tools/generators.py runs/generators --data ../shared/data --arms rain100h layered real14
+    python tools/generators.py runs/generators --data ../shared/data --arms rain100h layered rain100h+layered real14
 
 Each arm trains ``DerainNet()`` from scratch with one fixed budget (``--steps`` of ``--batch`` × ``--patch``²,
 seed 0, lr 8e-4 after 100 warm-up steps, ``--precision``) on the same photos: the BSDS500 pool of
@@ -46,7 +46,7 @@ PHOTOS = "clean/bsds500-leakfree"
 REFERENCE = "real14"
 VAL_FRACTION = 0.2
 """The recipe's seeded hold-out of Rain100H's pairs (``val_from``, ``val_fraction``, data seed 0): 4 of 18."""
-DEFAULT_ARMS = ("rain100h", "layered", REFERENCE)
+DEFAULT_ARMS = ("rain100h", "rain100h+layered", REFERENCE)
 
 
 def check_data(parser: argparse.ArgumentParser, data: Path | None) -> Path:
@@ -225,7 +225,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder for the arms' runs and the summary")
     add_data_argument(parser, required=False)
-    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="procedural styles, or real14")
+    parser.add_argument(
+        "--arms", nargs="+", default=list(DEFAULT_ARMS), help="procedural styles (several: a+b), or real14"
+    )
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--patch", type=int, default=128)

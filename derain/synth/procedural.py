@@ -11,7 +11,7 @@ gives the same image. Images are float32 arrays (H, W, 3) with values in [0, 1]:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -146,19 +146,6 @@ RAIN_STYLES: dict[str, RainStyle] = {
         brightness=(0.25, 0.6),
         haze=(0.0, 0.06),
     ),
-    # Drawn to cover the 21 real heavy layers (Rain100H's 18 development pairs, Rain200H's 3; recovered under
-    # the fitted composite, tools/generators.py's measure): coverage above 0.1 0.12–0.94, streak brightness
-    # median 0.10–0.66, autocorrelation length 10–62 px, width 2–3.5 px, fall angle −10°…+12°, veil floor 0–0.16.
-    "wide": RainStyle(
-        layers=(1, 4),
-        density=(0.0015, 0.006),
-        length=(16.0, 90.0),
-        angle=(-12.0, 12.0),
-        angle_jitter=2.0,
-        width=(2, 2),
-        brightness=(0.2, 0.7),
-        haze=(0.0, 0.12),
-    ),
 }
 
 
@@ -183,13 +170,21 @@ class SharedRanges:
 SHARED = SharedRanges()
 """The one table of the shared ranges; the renderers read it, never their own copies."""
 
-# "wide", a little denser and brighter (the extras below thin and dim the layers behind the first), plus what
-# JORDER's model of Rain100H has (O = α(B + Σ S̃ₜ·R) + (1 − α)·A): layers of their own directions, fainter behind
-# the first, soft, and a location map of where rain falls.
-RAIN_STYLES["layered"] = replace(
-    RAIN_STYLES["wide"],
+# Drawn to cover the 21 real heavy layers (Rain100H's 18 development pairs, Rain200H's 3; recovered under the fitted
+# composite, derain.synth.measure): coverage above 0.1 0.12–0.94, streak brightness median 0.10–0.66,
+# autocorrelation length 10–62 px, width 2–3.5 px, fall angle −10°…+12°, veil floor 0–0.16; with what JORDER's
+# model of Rain100H has (O = α(B + Σ S̃ₜ·R) + (1 − α)·A): layers of their own directions, fainter behind the first,
+# soft, and a location map of where rain falls. Alone it trails "rain100h" on the 21 real heavy pairs; drawn beside
+# it (procedural_styles [rain100h, layered]) it leads (tools/generators.py, docs/history.md). Not in "any".
+RAIN_STYLES["layered"] = RainStyle(
+    layers=(1, 4),
     density=(0.002, 0.008),
+    length=(16.0, 90.0),
+    angle=(-12.0, 12.0),
+    angle_jitter=2.0,
+    width=(2, 2),
     brightness=(0.2, 0.75),
+    haze=(0.0, 0.12),
     cross_prob=0.4,
     cross_angle=30.0,
     falloff=(0.6, 1.0),
