@@ -36,6 +36,12 @@ def test_generated_arms_see_no_real_heavy_layer_and_the_reference_sees_14(tmp_pa
     pairs, synthesis = layered["data"]["pairs"], layered["data"]["synthesis"]
     assert "train_dirs" not in pairs and synthesis["transplant_prob"] == 0.0
     assert synthesis["procedural_styles"] == ["layered"] and synthesis["clean_dirs"] == [str(photos)]
+    assert layered["seed_everything"] == layered["data"]["seed"] == 0
+    other = generators.parse_args([str(tmp_path), "--data", str(SHARED_DATA), "--seed", "1"])
+    seeded = generators.arm_config("layered", SHARED_DATA, photos, tmp_path / "layered", other)
+    assert seeded["seed_everything"] == seeded["data"]["seed"] == 1  # other weights, other rain
+    seeded_reference = generators.arm_config("real14", SHARED_DATA, photos, tmp_path / "real14", other)
+    assert seeded_reference["data"]["seed"] == 0  # the recipe's hold-out stays
     mixed = generators.arm_config("rain100h+layered", SHARED_DATA, photos, tmp_path / "mixed", args)
     assert mixed["data"]["synthesis"]["procedural_styles"] == ["rain100h", "layered"]  # one drawn per sample
     reference = generators.arm_config("real14", SHARED_DATA, photos, tmp_path / "real14", args)

@@ -4,7 +4,7 @@
     python tools/generators.py runs/generators --data ../shared/data --arms rain100h layered rain100h+layered real14
 
 Each arm trains ``DerainNet()`` from scratch with one fixed budget (``--steps`` of ``--batch`` × ``--patch``²,
-seed 0, lr 8e-4 after 100 warm-up steps, ``--precision``) on the same photos: the BSDS500 pool of
+``--seed`` 0, lr 8e-4 after 100 warm-up steps, ``--precision``) on the same photos: the BSDS500 pool of
 ``$DERAIN_DATA/clean/bsds500-leakfree`` minus every photo that shows the background of one of the 21 real heavy
 pairs (Rain100H's 18 development pairs, Rain200H's 3; by content, ``derain.data.overlap``). An arm is either
 
@@ -96,7 +96,7 @@ def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Nam
     else:
         synthesis |= {"transplant_prob": 0.0, "procedural_styles": arm.split("+")}
     return {
-        "seed_everything": 0,
+        "seed_everything": args.seed,
         "trainer": {
             "default_root_dir": str(run),
             "devices": 1,
@@ -121,7 +121,7 @@ def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Nam
             "patch_size": args.patch,
             "batch_size": args.batch,
             "num_workers": 2,
-            "seed": 0,
+            "seed": 0 if arm == REFERENCE else args.seed,  # the reference keeps the recipe's hold-out
         },
     }
 
@@ -228,6 +228,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--arms", nargs="+", default=list(DEFAULT_ARMS), help="procedural styles (several: a+b), or real14"
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the run's seed (initial weights, batches) and a generated arm's data seed (its rain); the reference "
+        "arm's data seed stays 0, the recipe's hold-out",
+    )
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--patch", type=int, default=128)
@@ -255,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(scores)
     print_table(summary, args.arms[0])
     result = {"steps": args.steps, "batch": args.batch, "patch": args.patch, "precision": args.precision}
+    result["seed"] = args.seed
     result["arms"] = summary
     with atomic_output(args.out / "summary.json") as tmp:
         tmp.write_text(json.dumps(result, indent=1))
