@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, WeightAveraging
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -282,7 +283,7 @@ def cpu_bf16_is_native(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
 
 def warn_slow_bf16(trainer) -> None:
     """One warning line when a CPU run asks for bf16 that this CPU would emulate."""
-    if "bf16" in str(trainer.precision) and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
+    if "bf16" in str(trainer.precision) and isinstance(trainer.accelerator, CPUAccelerator):
         if cpu_bf16_is_native() is False and trainer.is_global_zero:
             print(
                 f"warning: --trainer.precision {trainer.precision} on a CPU without AVX512-BF16 or AMX: bf16 is "

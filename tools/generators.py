@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from research import add_data_argument, held_out, paired_difference
+from research import add_data_argument, held_out, load_weights, paired_difference
 
 from derain.data.overlap import leave_out_shown, signatures
 from derain.evaluate import evaluate
@@ -71,9 +71,9 @@ def photo_folder(data: Path, out: Path) -> tuple[Path, int, int]:
     """``OUT/photos``: links to the BSDS photos that show none of the 21 pairs' backgrounds (made once)."""
     folder = out / "photos"
     photos = list_images(data / PHOTOS, recursive=True)
-    backgrounds = [clean for name in HEAVY for _, clean in find_pairs(data / name)]
-    kept, left = leave_out_shown(photos, signatures(photos), [signatures(backgrounds)])
     if not folder.is_dir():
+        backgrounds = [clean for name in HEAVY for _, clean in find_pairs(data / name)]
+        kept, _ = leave_out_shown(photos, signatures(photos), [signatures(backgrounds)])
         tmp = out / ".photos.partial"
         tmp.mkdir(parents=True, exist_ok=True)
         for photo in kept:
@@ -81,7 +81,8 @@ def photo_folder(data: Path, out: Path) -> tuple[Path, int, int]:
             if not link.exists():
                 link.symlink_to(photo.resolve())
         tmp.rename(folder)
-    return folder, len(kept), len(left)
+    kept = len(list_images(folder))
+    return folder, kept, len(photos) - kept
 
 
 def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Namespace) -> dict:
@@ -149,9 +150,7 @@ def score(arm: str, weights: Path, data: Path) -> list[dict]:
     cached = weights.parent / "scores.json"
     if cached.is_file():
         return json.loads(cached.read_text())
-    from derain import load_model
-
-    model = load_model(str(weights), device="cpu")
+    (model,) = load_weights([str(weights)])
     honest = honest_names(data)
     rows = []
     for name in HEAVY:
