@@ -2,6 +2,7 @@
 
     python benchmarks/train.py                 # 128x128 patches, batch 8, 20 timed steps
     python benchmarks/train.py --steps 5 --quick
+    python benchmarks/train.py --steps 4 --quick --no-compile --dims 32 40 48   # widths: float32 vs bf16
 
 Side by side in one run: a training step (forward, Charbonnier loss, backward, AdamW) in channels-last and in
 NCHW memory format, and the time the DataLoader needs to produce one batch of synthetic rain with transplant
@@ -89,12 +90,12 @@ def alternately(step, steps: int) -> tuple[float, float]:
     return first, second
 
 
-def precision_step_times(batch: int, patch: int, steps: int) -> dict[str, float]:
-    """A training step of ``DerainNet()`` in float32 and under CPU bf16 autocast (what ``--trainer.precision
+def precision_step_times(batch: int, patch: int, steps: int, dim: int = 24) -> dict[str, float]:
+    """A training step of ``DerainNet(dim=dim)`` in float32 and under CPU bf16 autocast (what ``--trainer.precision
     bf16-mixed`` runs: the loss and the residual add stay float32), same start, timed alternately (medians,
     seconds), and how far the two outputs of the first step lie apart."""
     torch.manual_seed(0)
-    nets = [DerainNet().to(memory_format=torch.channels_last) for _ in range(2)]
+    nets = [DerainNet(dim=dim).to(memory_format=torch.channels_last) for _ in range(2)]
     nets[1].load_state_dict(nets[0].state_dict())
     opts = [torch.optim.AdamW(net.parameters(), lr=1e-4) for net in nets]
     x = torch.rand(batch, 3, patch, patch).contiguous(memory_format=torch.channels_last)
@@ -205,11 +206,20 @@ def main() -> None:
         help="skip the torch.compile comparison (it compiles DerainNet twice: minutes on a CPU)",
     )
     parser.add_argument("--compile-steps", type=int, default=8, help="timed steps per side (default 8)")
+    parser.add_argument(
+        "--dims",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also time the float32 vs bf16 step of DerainNet(dim=D) for each D (wider networks, where bf16 "
+        "pays more), in yardsticks and against the shipped width's float32 step",
+    )
     args = parser.parse_args()
 
     unit = yardstick()
     t_cl, mem_cl = step_times(args.batch, args.patch, args.steps, channels_last=True)
     prec = precision_step_times(args.batch, args.patch, args.steps)
+    widths = {d: precision_step_times(args.batch, args.patch, args.steps, dim=d) for d in args.dims}
     batches = max(5, args.steps // 2)
     t_load = loader_time(args.batch, args.patch, batches)
     t_aug = loader_time(args.batch, args.patch, batches, recipe_augment())
@@ -234,6 +244,10 @@ def main() -> None:
         "bf16_step_yardsticks": prec["bf16_s"] / unit,
         "bf16_speedup": prec["fp32_s"] / prec["bf16_s"],
         "bf16_first_step_max_abs_diff": prec["first_step_max_abs_diff"],
+        "widths": {
+            d: {"fp32_step_yardsticks": w["fp32_s"] / unit, "bf16_step_yardsticks": w["bf16_s"] / unit}
+            for d, w in widths.items()
+        },
     }
     rows = [
         (
@@ -261,6 +275,14 @@ def main() -> None:
             "path stays the default",
         ),
     ]
+    for d, w in widths.items():
+        rows.append(
+            (
+                f"DerainNet(dim={d}) step, float32 vs bf16 autocast",
+                f"{w['fp32_s'] / unit:.2f} vs {w['bf16_s'] / unit:.2f} yardsticks ({w['fp32_s'] / w['bf16_s']:.2f}x); "
+                f"bf16 = {w['bf16_s'] / prec['fp32_s']:.2f}x the dim-24 float32 step",
+            )
+        )
     if not args.quick:
         t_nchw, mem_nchw = step_times(args.batch, args.patch, max(3, args.steps // 4), channels_last=False)
         result.update(nchw_step_ms=t_nchw * 1e3, nchw_over_channels_last=t_nchw / t_cl)

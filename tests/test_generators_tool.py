@@ -26,6 +26,10 @@ def test_an_unknown_arm_names_the_choices(tmp_path: Path, capsys) -> None:
         generators.main([str(tmp_path), "--data", str(tmp_path), "--arms", "drizzle"])
     assert exit_info.value.code == 2
     assert "unknown arm(s) ['drizzle']: expected real14 or styles" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        generators.main([str(tmp_path), "--data", str(tmp_path), "--dim", "4"])
+    assert exit_info.value.code == 2
+    assert "--dim >= 8, got 800, 8, 128, 4" in capsys.readouterr().err
 
 
 def test_generated_arms_see_no_real_heavy_layer_and_the_reference_sees_14(tmp_path: Path) -> None:
@@ -37,9 +41,15 @@ def test_generated_arms_see_no_real_heavy_layer_and_the_reference_sees_14(tmp_pa
     assert "train_dirs" not in pairs and synthesis["transplant_prob"] == 0.0
     assert synthesis["procedural_styles"] == ["layered"] and synthesis["clean_dirs"] == [str(photos)]
     assert layered["seed_everything"] == layered["data"]["seed"] == 0
+    assert layered["model"]["net"]["init_args"] == {"dim": 24}  # the shipped width unless --dim
     other = generators.parse_args([str(tmp_path), "--data", str(SHARED_DATA), "--seed", "1"])
     seeded = generators.arm_config("layered", SHARED_DATA, photos, tmp_path / "layered", other)
     assert seeded["seed_everything"] == seeded["data"]["seed"] == 1  # other weights, other rain
+    wide = generators.parse_args([str(tmp_path), "--data", str(SHARED_DATA), "--dim", "40"])
+    assert generators.arm_config("layered", SHARED_DATA, photos, tmp_path / "w", wide)["model"]["net"] == {
+        "class_path": "derain.models.DerainNet",
+        "init_args": {"dim": 40},
+    }
     seeded_reference = generators.arm_config("real14", SHARED_DATA, photos, tmp_path / "real14", other)
     assert seeded_reference["data"]["seed"] == 0  # the recipe's hold-out stays
     mixed = generators.arm_config("rain100h+layered", SHARED_DATA, photos, tmp_path / "mixed", args)

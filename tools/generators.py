@@ -4,7 +4,7 @@
     python tools/generators.py runs/generators --data ../shared/data --arms rain100h layered rain100h+layered real14
 
 Each arm trains ``DerainNet()`` from scratch with one fixed budget (``--steps`` of ``--batch`` × ``--patch``²,
-``--seed`` 0, lr 8e-4 after 100 warm-up steps, ``--precision``) on the same photos: the BSDS500 pool of
+``--seed`` 0, lr 8e-4 after 100 warm-up steps, ``--precision``, ``--dim`` 24) on the same photos: the BSDS500 pool of
 ``$DERAIN_DATA/clean/bsds500-leakfree`` minus every photo that shows the background of one of the 21 real heavy
 pairs (Rain100H's 18 development pairs, Rain200H's 3; by content, ``derain.data.overlap``). An arm is either
 
@@ -111,7 +111,7 @@ def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Nam
             "enable_model_summary": False,
         },
         "model": {
-            "net": {"class_path": "derain.models.DerainNet"},
+            "net": {"class_path": "derain.models.DerainNet", "init_args": {"dim": args.dim}},
             "loss": "charbonnier",
             "lr": 0.0008,
             "warmup_steps": 100,
@@ -235,6 +235,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "arm's data seed stays 0, the recipe's hold-out",
     )
     parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument(
+        "--dim",
+        type=int,
+        default=24,
+        help="DerainNet's width (24, the shipped one; equal-CPU-time width arms)",
+    )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--patch", type=int, default=128)
     parser.add_argument(
@@ -244,9 +250,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [a for a in args.arms if a != REFERENCE and not set(a.split("+")) <= set(RAIN_STYLES)]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}: expected {REFERENCE} or styles {sorted(RAIN_STYLES)}")
-    if args.steps < 1 or args.batch < 1 or args.patch < 32:
+    if args.steps < 1 or args.batch < 1 or args.patch < 32 or args.dim < 8:
         parser.error(
-            f"--steps, --batch must be >= 1 and --patch >= 32, got {args.steps}, {args.batch}, {args.patch}"
+            f"--steps, --batch must be >= 1, --patch >= 32 and --dim >= 8, got {args.steps}, {args.batch}, "
+            f"{args.patch}, {args.dim}"
         )
     args.data = check_data(parser, args.data)
     return args
@@ -261,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(scores)
     print_table(summary, args.arms[0])
     result = {"steps": args.steps, "batch": args.batch, "patch": args.patch, "precision": args.precision}
+    result["dim"] = args.dim
     result["seed"] = args.seed
     result["arms"] = summary
     with atomic_output(args.out / "summary.json") as tmp:
