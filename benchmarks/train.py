@@ -115,6 +115,14 @@ def precision_step_times(batch: int, patch: int, steps: int, dim: int = 24) -> d
     return {"fp32_s": fp32, "bf16_s": bf16, "first_step_max_abs_diff": diff}
 
 
+def precision_cell(times: dict[str, float], unit: float) -> str:
+    """``precision_step_times``' two steps in yardsticks and bf16's gain, as the table prints them."""
+    return (
+        f"{times['fp32_s'] / unit:.2f} vs {times['bf16_s'] / unit:.2f} yardsticks "
+        f"({times['fp32_s'] / times['bf16_s']:.2f}x)"
+    )
+
+
 def config_shape(name: str) -> tuple[int, int]:
     """``(batch_size, patch_size)`` of a bundled config."""
     data = yaml.safe_load((CONFIGS / name).read_text())["data"]
@@ -256,9 +264,8 @@ def main() -> None:
         ),
         (
             "the same step, float32 vs bf16 autocast (--trainer.precision bf16-mixed), alternately",
-            f"{prec['fp32_s'] * 1e3:.0f} vs {prec['bf16_s'] * 1e3:.0f} ms = {prec['fp32_s'] / unit:.2f} vs "
-            f"{prec['bf16_s'] / unit:.2f} yardsticks ({prec['fp32_s'] / prec['bf16_s']:.2f}x); first outputs "
-            f"differ by {prec['first_step_max_abs_diff']:.1e}",
+            f"{prec['fp32_s'] * 1e3:.0f} vs {prec['bf16_s'] * 1e3:.0f} ms = {precision_cell(prec, unit)}; first "
+            f"outputs differ by {prec['first_step_max_abs_diff']:.1e}",
         ),
         ("yardstick (10 convs 48->48 3x3 on 321x481, forward)", f"{unit * 1e3:.0f} ms"),
         (
@@ -279,8 +286,7 @@ def main() -> None:
         rows.append(
             (
                 f"DerainNet(dim={d}) step, float32 vs bf16 autocast",
-                f"{w['fp32_s'] / unit:.2f} vs {w['bf16_s'] / unit:.2f} yardsticks ({w['fp32_s'] / w['bf16_s']:.2f}x); "
-                f"bf16 = {w['bf16_s'] / prec['fp32_s']:.2f}x the dim-24 float32 step",
+                f"{precision_cell(w, unit)}; bf16 = {w['bf16_s'] / prec['fp32_s']:.2f}x the dim-24 float32 step",
             )
         )
     if not args.quick:

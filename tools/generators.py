@@ -130,12 +130,18 @@ def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Nam
 def train(arm: str, data: Path, photos: Path, out: Path, args: argparse.Namespace) -> Path:
     """Train one arm (resuming an interrupted run); returns its exported weights."""
     run = out / arm
-    weights = run / "model.safetensors"
+    weights, config = run / "model.safetensors", run / "config.yaml"
+    text = yaml.safe_dump(arm_config(arm, data, photos, run, args), sort_keys=False)
+    if (
+        config.is_file() and config.read_text() != text
+    ):  # another --steps/--seed/--dim/...: not this arm's run
+        raise SystemExit(
+            f"error: {config} holds another budget or seed than this run asks for; use another OUT"
+        )
     if weights.is_file():
         return weights
-    config = run / "config.yaml"
     with atomic_output(config) as tmp:
-        tmp.write_text(yaml.safe_dump(arm_config(arm, data, photos, run, args), sort_keys=False))
+        tmp.write_text(text)
     command = [sys.executable, "-m", "derain.fit", "--config", str(config)]
     print(f"[{arm}] training: {' '.join(command)}", flush=True)
     with open(run / "fit.log", "a") as log:
@@ -267,9 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     scores = {arm: score(arm, train(arm, data, photos, args.out, args), data) for arm in args.arms}
     summary = summarise(scores)
     print_table(summary, args.arms[0])
-    result = {"steps": args.steps, "batch": args.batch, "patch": args.patch, "precision": args.precision}
-    result["dim"] = args.dim
-    result["seed"] = args.seed
+    result = {k: getattr(args, k) for k in ("steps", "batch", "patch", "precision", "dim", "seed")}
     result["arms"] = summary
     with atomic_output(args.out / "summary.json") as tmp:
         tmp.write_text(json.dumps(result, indent=1))
