@@ -22,8 +22,10 @@ from derain.weights import (
     load_net,
     packaged_weights,
     read_checkpoint_net,
+    read_safetensors,
     resolve,
     save_net,
+    save_tensors,
 )
 
 
@@ -52,6 +54,17 @@ def test_save_then_load_gives_the_same_network(tmp_path: Path) -> None:
     x = torch.rand(1, 3, 20, 28)
     with torch.no_grad():
         assert torch.equal(loaded.eval()(x), net(x))
+
+
+def test_a_half_precision_file_loads_as_a_float32_network(tmp_path: Path) -> None:
+    net = tiny_net(seed=5).eval()
+    meta, state = read_safetensors(save_net(net, tmp_path / "net.safetensors"))
+    half = save_tensors({k: v.half() for k, v in state.items()}, tmp_path / "half.safetensors", meta)
+    loaded = load_net(half).eval()
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    x = torch.rand(1, 3, 20, 28)
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), net(x), atol=1e-2)
 
 
 def test_a_checkpoint_exports_its_moving_average_or_its_weights(tmp_path: Path) -> None:

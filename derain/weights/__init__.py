@@ -267,8 +267,10 @@ def _build(record: object, state: dict[str, torch.Tensor], path: Path) -> nn.Mod
 
     The network is built without memory (on the ``meta`` device) and takes the file's tensors as they are
     (``assign``), so it is built once, and a record with huge sizes is a shape error, not an allocation. A
-    network with tensors the file does not hold (non-persistent buffers) is then built for real.
+    network with tensors the file does not hold (non-persistent buffers) is then built for real. Weights stored in
+    half precision (a smaller file) are widened to float32: the network computes in float32 whatever the file holds.
     """
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     try:
         with torch.device("meta"):
             net = build_network(record)
