@@ -169,6 +169,7 @@ EXPERIMENTS = [  # as experiments/README.md lists them: each over a recipe stage
     ],
     ["derain-small/stage9-focused.yaml", "experiments/derain-small/stage9-arm-focused-lr.yaml"],
     ["derain-small/stage9-focused.yaml", "experiments/derain-small/stage9-long.yaml"],
+    ["derain-small/stage9-focused.yaml", "experiments/derain-small/stage10-arm-generator.yaml"],
     ["derain-small/stage4-rain-free.yaml", "experiments/derain-small/gpu.yaml"],
 ]
 CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
