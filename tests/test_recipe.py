@@ -176,9 +176,9 @@ CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
     ["rain100h.yaml"],
     ["synthetic.yaml"],
     ["derain-wide/stage10a-scratch.yaml"],  # the wide candidate (docs/history.md, "Stage 10"), not shipped
-    ["derain-wide/stage10b-continue.yaml"],  # its continuation from the committed stage-10a weights
-    ["derain-wide/stage10b-continue.yaml", "derain-wide/stage10c-continue.yaml"],  # and from stage 10b's
-    ["derain-wide/stage10b-continue.yaml", "derain-wide/stage10d-continue.yaml"],  # and from stage 10c's
+    # its continuations, each layered over the stages before it, from the committed weights of the last
+    ["derain-wide/stage10a-scratch.yaml", "derain-wide/stage10b-continue.yaml"],
+    ["derain-wide/stage10a-scratch.yaml", "derain-wide/stage10b-continue.yaml", "derain-wide/stage10c-continue.yaml"],
 ]
 
 
