@@ -178,7 +178,11 @@ CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
     ["derain-wide/stage10a-scratch.yaml"],  # the wide candidate (docs/history.md, "Stage 10"), not shipped
     # its continuations, each layered over the stages before it, from the committed weights of the last
     ["derain-wide/stage10a-scratch.yaml", "derain-wide/stage10b-continue.yaml"],
-    ["derain-wide/stage10a-scratch.yaml", "derain-wide/stage10b-continue.yaml", "derain-wide/stage10c-continue.yaml"],
+    [
+        "derain-wide/stage10a-scratch.yaml",
+        "derain-wide/stage10b-continue.yaml",
+        "derain-wide/stage10c-continue.yaml",
+    ],
 ]
 
 
