@@ -191,3 +191,22 @@ def test_bf16_autocast_keeps_topk_and_softmax_in_float32_and_stays_close():
     # matmuls run in it). Bound: max 0.03, mean 1/255 (one 8-bit level).
     assert err.max() < 0.03, err.max()
     assert err.mean() < 1 / 255, err.mean()
+
+
+def test_full_resolution_stage_starts_as_a_no_op_and_then_learns():
+    parent = tiny().eval()
+    child = DerainNet(**{**parent.init_args, "full_res_mixers": ("tksa", "agent"), "full_res_dim": 8}).eval()
+    result = child.load_state_dict(parent.state_dict(), strict=False)
+    assert not result.unexpected_keys and all(k.startswith("full_") for k in result.missing_keys)
+    x = torch.rand(2, 3, 37, 53)  # odd sizes: padded and cropped back
+    with torch.no_grad():
+        assert torch.equal(child(x), parent(x))
+    child.train()
+    child(x).square().mean().backward()
+    assert child.full_head.weight.grad.abs().sum() > 0  # the zero output conv gets a gradient at once
+    assert child.full_down[1].weight.grad.abs().sum() > 0
+
+
+def test_full_resolution_stage_rejects_unknown_mixers():
+    with pytest.raises(ValueError, match="unknown mixer 'conv'"):
+        DerainNet(full_res_mixers=("conv",))

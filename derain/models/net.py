@@ -144,6 +144,12 @@ class DerainNet(Recorded, nn.Module):
         embed_stride: the image is pixel-unshuffled by this factor before the first conv (and the residual
             pixel-shuffled back), so level 0 works at 1/embed_stride resolution with no information lost.
             1 is Restormer's full-resolution layout; 2 (default) is about 4× cheaper on a CPU.
+        full_res_mixers: a cheap stage at the image's own resolution beside a strided network: one block a
+            mixer name before the pixel-unshuffle (its features enter level 0 through ``full_down``) and one
+            after the pixel-shuffle (on level 0's output plus those features), whose residual ``full_head``
+            adds to the network's. ``()`` (default): none. ``full_down`` and ``full_head`` start at zero, so
+            adding the stage to a trained network keeps its function (``derain.models.grow``).
+        full_res_dim: channels of the full-resolution stage.
         grad_checkpoint: recompute each transformer block's activations in the backward pass instead of
             storing them (less memory, ~30% more compute); only in training mode with gradients enabled.
 
@@ -177,33 +183,37 @@ class DerainNet(Recorded, nn.Module):
         ffn_expansion: float = 2.0,
         refine_blocks: int = 0,
         embed_stride: int = 2,
+        full_res_mixers: tuple[str, ...] = (),
+        full_res_dim: int = 16,
         grad_checkpoint: bool = False,
     ):
         super().__init__()
         levels = len(blocks)
         level_agents = _check_levels(blocks, heads, mixers, agents)
+        _check_levels((len(full_res_mixers),), (1,), (tuple(full_res_mixers),), 49)
         if embed_stride not in (1, 2, 4):
             raise ValueError(f"embed_stride should be 1, 2 or 4, got {embed_stride}")
         self.multiple = embed_stride * 2 ** (levels - 1)
         widths = [dim * 2**i for i in range(levels)]
 
         def mixer(level: int, kind: str) -> nn.Module:
-            c, h = widths[level], heads[level]
+            c, h = (full_res_dim, 1) if level < 0 else (widths[level], heads[level])
             if kind == "tksa":
                 return TopKSparseAttention(c, h, ratios=topk_ratios, ratio_weighting=ratio_weighting)
             if kind == "agent":
                 return AgentAttention(
                     c,
                     h,
-                    agents=level_agents[level],
+                    agents=level_agents[max(level, 0)],
                     agent_source=agent_source,
                     agent_bias=agent_bias,
                     dwc=agent_dwc,
                 )
             return ChannelAttention(c, h)
 
-        def block(level: int, kind: str) -> TransformerBlock:
-            return TransformerBlock(widths[level], mixer(level, kind), expansion=ffn_expansion)
+        def block(level: int, kind: str) -> TransformerBlock:  # level -1: the full-resolution stage
+            c = full_res_dim if level < 0 else widths[level]
+            return TransformerBlock(c, mixer(level, kind), expansion=ffn_expansion)
 
         def stage(level: int) -> nn.Sequential:
             return nn.Sequential(*(block(level, kind) for kind in mixers[level]))
@@ -236,6 +246,21 @@ class DerainNet(Recorded, nn.Module):
         self.head = nn.Sequential(
             nn.Conv2d(dim, in_channels * s2, 3, padding=1, bias=False), nn.PixelShuffle(embed_stride)
         )
+        self.full_res = bool(full_res_mixers)
+        if self.full_res:
+            fd = full_res_dim
+            self.full_embed = nn.Conv2d(in_channels, fd, 3, padding=1, bias=False)
+            self.full_encoder = nn.Sequential(*(block(-1, kind) for kind in full_res_mixers))
+            self.full_down = nn.Sequential(
+                nn.PixelUnshuffle(embed_stride), nn.Conv2d(fd * s2, dim, 3, padding=1, bias=False)
+            )
+            self.full_up = nn.Sequential(
+                nn.Conv2d(dim, fd * s2, 3, padding=1, bias=False), nn.PixelShuffle(embed_stride)
+            )
+            self.full_decoder = nn.Sequential(*(block(-1, kind) for kind in full_res_mixers))
+            self.full_head = nn.Conv2d(fd, in_channels, 3, padding=1, bias=False)
+            for zero in (self.full_down[1], self.full_head):  # the stage starts as a no-op
+                nn.init.zeros_(zero.weight)
         for m in self.modules():
             if isinstance(m, TransformerBlock):
                 m.grad_checkpoint = grad_checkpoint
@@ -252,6 +277,9 @@ class DerainNet(Recorded, nn.Module):
             mode = "reflect" if pad_h < h and pad_w < w else "replicate"
             inp = F.pad(x, (0, pad_w, 0, pad_h), mode=mode)
         feat = self.embed(inp)
+        if self.full_res:
+            full = self.full_encoder(self.full_embed(inp))
+            feat = feat + self.full_down(full)
         skips = []
         for encoder, down in zip(self.encoders, self.downs, strict=True):
             feat = encoder(feat)
@@ -261,5 +289,9 @@ class DerainNet(Recorded, nn.Module):
         for i in reversed(range(len(self.decoders))):
             feat = self.ups[i](feat)
             feat = self.decoders[i](self.fuses[i](torch.cat([feat, skips[i]], dim=1)))
-        out = inp + self.head(self.refine(feat))
+        feat = self.refine(feat)
+        residual = self.head(feat)
+        if self.full_res:
+            residual = residual + self.full_head(self.full_decoder(self.full_up(feat) + full))
+        out = inp + residual
         return out[..., :h, :w]
