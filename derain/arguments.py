@@ -1,7 +1,7 @@
 """The command-line options that ``derain infer``, ``derain evaluate`` and ``derain app`` share, written once.
 
-``--weights``, ``--device``, ``--backend`` say which network runs where; ``--tile``, ``--overlap`` and
-``--ensemble`` how ``restore`` runs it. :func:`restore_options` makes the last three the
+``--weights`` (a name of shipped weights or a file), ``--device``, ``--backend`` say which network runs where;
+``--tile``, ``--overlap`` and ``--ensemble`` how ``restore`` runs it. :func:`restore_options` makes the last three the
 :class:`~derain.inference.RestoreOptions` the command passes down (checked there, once); :func:`model_from_args`
 reads the first three and loads the network (:func:`derain.inference.load_model`). Either raises a
 :class:`UsageError` with one line (exit status 2): tiling that cannot work, a weights file that is not one, a device
@@ -21,6 +21,7 @@ from torch import nn
 
 from derain.extras import MissingExtraError
 from derain.inference import BACKENDS, DEFAULT_BACKEND, ENSEMBLE_FLIPS, RestoreOptions, load_model
+from derain.weights.shipped import DEFAULT_NAME
 
 __all__ = [
     "UsageError",
@@ -87,7 +88,9 @@ def add_model_arguments(
         "--weights",
         type=Path,
         default=None,
-        help=f"weights file{when} (.safetensors or .ckpt; .onnx with --backend onnxruntime); default: packaged",
+        metavar="NAME|FILE",
+        help=f"weights{when}: the name of shipped weights (derain models lists them) or a file (.safetensors or "
+        f".ckpt; .onnx with --backend onnxruntime); default: {DEFAULT_NAME}",
     )
     parser.add_argument(
         "--tile",

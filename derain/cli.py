@@ -1,7 +1,9 @@
-"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe ...``, one front door to the commands.
+"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|models ...``, one front door to the
+commands.
 
-Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``),
-imported only when asked for: ``derain infer`` never imports Lightning or gradio.
+Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``;
+``derain models`` is ``derain.catalog``, as ``derain.models`` holds the networks), imported only when asked for:
+``derain infer`` never imports Lightning or gradio.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 
 from derain import __version__
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "MODULES", "build_parser", "main"]
 
 COMMANDS = {
     "infer": "derain a folder of photos and videos, or one file",
@@ -22,8 +24,13 @@ COMMANDS = {
     "export": "export a checkpoint to a weights file, or weights to an ONNX model",
     "info": "how a weights file was made: its provenance (the packaged weights by default)",
     "recipe": "rebuild shipped weights from their recipe (derain recipe derain-small [--plan])",
+    "models": "the weights that ship, by name (--weights NAME): parameters, speed, validation scores, file",
 }
-"""The subcommands, each the module ``derain.<name>`` with a ``main(argv, prog=...)``, and what it does."""
+"""The subcommands, each the module ``derain.<name>`` (or :data:`MODULES`') with a ``main(argv, prog=...)``, and
+what it does."""
+
+MODULES = {"models": "catalog"}
+"""The subcommands whose module is not ``derain.<name>`` (``derain.models`` is the networks' package)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().parse_args(argv)  # argparse answers and exits
         return 2
     name, rest = argv[0], argv[1:]
-    return importlib.import_module(f"derain.{name}").main(rest, prog=f"derain {name}")
+    module = importlib.import_module(f"derain.{MODULES.get(name, name)}")
+    return module.main(rest, prog=f"derain {name}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ checkpoint or weights file to an ONNX model (when the output name ends in ``.onn
 
     python -m derain.export runs/synthetic/checkpoints/best.ckpt model.safetensors
     python -m derain.export model.safetensors model.onnx
+    python -m derain.export derain-small derain-small.onnx     (shipped weights, by name)
 
 What a weights file holds is ``derain.weights``' to say; the ONNX graph's, ``derain.inference.onnx``'s.
 """
@@ -11,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from derain.extras import MissingExtraError
 from derain.inference.onnx import OPSET, export_onnx
-from derain.weights import export_checkpoint, load_net
+from derain.weights import export_checkpoint, load_net, resolve
 
 __all__ = ["build_parser", "main"]
 
@@ -28,7 +28,8 @@ def build_parser(prog: str = "python -m derain.export") -> argparse.ArgumentPars
     )
     parser.add_argument(
         "checkpoint",
-        help="Lightning .ckpt written by derain.fit (or, for an .onnx output, a .safetensors file)",
+        help="Lightning .ckpt written by derain.fit (or, for an .onnx output, a .safetensors file or the name of "
+        "shipped weights: derain models lists them)",
     )
     parser.add_argument("output", help="destination: a .safetensors file, or an .onnx file (ONNX model)")
     parser.add_argument("--opset", type=int, default=None, help=f"ONNX opset (17 or newer; default {OPSET})")
@@ -40,9 +41,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.export"
     args = build_parser(prog).parse_args(argv)
     try:
         if args.output.endswith(".onnx"):
-            net = load_net(args.checkpoint)
+            source = resolve(args.checkpoint)
             out = export_onnx(
-                net, args.output, opset=args.opset or OPSET, metadata={"source": Path(args.checkpoint).name}
+                load_net(source), args.output, opset=args.opset or OPSET, metadata={"source": source.name}
             )
         elif args.opset is not None:
             raise ValueError("--opset applies to .onnx outputs only")

@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
     """Print how a weights file was made; returns 0, or 2 for a missing or unreadable file (one line)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument(
-        "weights", nargs="?", help="a .safetensors weights file (default: the packaged weights)"
+        "weights",
+        nargs="?",
+        help="a .safetensors weights file, or the name of shipped weights (default: the packaged weights)",
     )
     parser.add_argument("--config", action="store_true", help="print the resolved training config in full")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

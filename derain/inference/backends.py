@@ -3,6 +3,7 @@
 Example:
     >>> from derain import load_model
     >>> model = load_model()                                   # doctest: +SKIP  (the packaged weights)
+    >>> model = load_model("derain-small")                     # doctest: +SKIP  (shipped weights, by name)
     >>> model = load_model("x.onnx", backend="onnxruntime")    # doctest: +SKIP  (needs derain[onnx])
 """
 
@@ -43,8 +44,9 @@ def load_model(
     Args:
         weights: a ``.safetensors`` file written by ``derain.export`` (metadata ``format`` =
             ``derain-net-v2`` and the network record ``net`` as JSON; ``derain-net-v1`` files load too), or a
-            Lightning ``.ckpt`` from ``DerainLitModule`` (``derain.weights.load_net`` reads both). ``None`` loads
-            the weights that ship in the package (``derain/weights/derain-small.safetensors``).
+            Lightning ``.ckpt`` from ``DerainLitModule`` (``derain.weights.load_net`` reads both), or the name of
+            weights that ship in the package (``"derain-small"``: ``derain.weights.shipped``; a file of that name
+            wins). ``None`` loads the default, ``derain/weights/derain-small.safetensors``.
         device: where to put the model; ``None`` picks ``cuda`` when available, else ``cpu``.
         backend: ``"torch"``, or ``"onnxruntime"`` for the network's ONNX graph run by onnxruntime on the CPU
             (``derain.inference.onnx.OnnxNet``, needs ``derain[onnx]``): an ``.onnx`` file from
@@ -55,7 +57,8 @@ def load_model(
         The network in eval mode on ``device`` (an ``OnnxNet`` with ``backend="onnxruntime"``).
 
     Raises:
-        WeightsNotFoundError: the file does not exist, or ``weights=None`` and no trained weights ship yet.
+        WeightsNotFoundError: neither a file nor a name of shipped weights (the message lists the names), or
+            ``weights=None`` and no trained weights ship yet.
         WeightsError: the file is not a readable derain weights file (the message names it).
         MissingExtraError: ``backend="onnxruntime"`` without ``derain[onnx]`` installed.
     """

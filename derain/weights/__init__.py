@@ -6,8 +6,9 @@ LightningCLI writes it (``derain.models.network_record``): :func:`load_net` buil
 of the older ``derain-net-v1`` format (a ``config`` of ``DerainNet`` arguments) still load. A Lightning checkpoint
 of ``DerainLitModule`` loads too: it keeps the record under :data:`CHECKPOINT_KEY` and the weights under the
 ``net.`` prefix (with Lightning's ``WeightAveraging``, its ``state_dict`` holds the average; checkpoints of the
-earlier hand-written average hold that under ``ema.``). The weights that ship with derain are this
-folder's ``derain-small.safetensors`` (:func:`packaged_weights`).
+earlier hand-written average hold that under ``ema.``). The weights that ship with derain are files of this
+folder, each with a name (``derain.weights.shipped``: ``derain-small``); wherever a weights file is read, its
+name does too (:func:`resolve`), and without one the default's file is read (:func:`packaged_weights`).
 
 Example:
     >>> from derain.weights import load_net, save_net
@@ -32,6 +33,8 @@ from torch import nn
 from derain.io import atomic_output
 from derain.models import build_network, network_record
 
+from .shipped import DEFAULT_NAME, SHIPPED
+
 __all__ = [
     "FORMAT",
     "CHECKPOINT_KEY",
@@ -48,6 +51,7 @@ __all__ = [
     "resolve",
     "save_net",
     "save_tensors",
+    "shipped_weights",
     "tensors_sha256",
 ]
 
@@ -63,8 +67,8 @@ CHECKPOINT_PREFIXES = ("ema.", "net.")
 validated; else ``net.`` (with Lightning's ``WeightAveraging``, the average: the callback puts it in the
 ``state_dict`` and the raw weights under ``current_model_state``)."""
 
-PACKAGED_WEIGHTS = "derain-small.safetensors"
-"""File name of the weights that ship inside the package, under ``derain/weights/``."""
+PACKAGED_WEIGHTS = SHIPPED[DEFAULT_NAME].file
+"""File name of the default shipped weights (``derain-small.safetensors``), under ``derain/weights/``."""
 
 
 class WeightsError(ValueError):
@@ -208,14 +212,9 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, str], dict[str,
     return meta, state
 
 
-def packaged_weights() -> Path:
-    """Path of the weights that ship inside the package (``derain/weights/derain-small.safetensors``).
-
-    Raises:
-        WeightsNotFoundError: when no trained weights ship with this copy of derain yet.
-    """
-    ref = resources.files("derain").joinpath("weights", PACKAGED_WEIGHTS)
-    path = Path(str(ref))
+def _in_package(file: str) -> Path:
+    """The path of ``file`` in ``derain/weights/``; it must exist."""
+    path = Path(str(resources.files("derain").joinpath("weights", file)))
     if not path.is_file():
         raise WeightsNotFoundError(
             f"no trained weights ship with this copy of derain yet ({path} does not exist); "
@@ -225,16 +224,51 @@ def packaged_weights() -> Path:
     return path
 
 
-def resolve(weights: str | os.PathLike | None) -> Path:
-    """The weights file to read: ``weights``, or the packaged weights for ``None``; it must exist and hold bytes.
+def packaged_weights() -> Path:
+    """Path of the default weights that ship inside the package (``derain/weights/derain-small.safetensors``).
 
     Raises:
-        WeightsNotFoundError: the file does not exist (or, for ``None``, no trained weights ship yet).
+        WeightsNotFoundError: when no trained weights ship with this copy of derain yet.
+    """
+    return _in_package(PACKAGED_WEIGHTS)
+
+
+def shipped_weights(name: str) -> Path:
+    """Path of the shipped weights called ``name`` (``"derain-small"``; ``derain.weights.shipped.SHIPPED``).
+
+    Raises:
+        WeightsNotFoundError: ``name`` is not one of them (the message lists those that are), or its file is not in
+            this copy of derain.
+    """
+    if name not in SHIPPED:
+        raise WeightsNotFoundError(
+            f"no shipped weights are called {name!r}; their names: {', '.join(SHIPPED)} (derain models lists them)"
+        )
+    return _in_package(SHIPPED[name].file)
+
+
+def resolve(weights: str | os.PathLike | None) -> Path:
+    """The weights file to read: the file ``weights``, else the shipped weights of that name
+    (:func:`shipped_weights`), or the packaged weights for ``None``; it must exist and hold bytes.
+
+    A file wins over a name: ``derain-small`` is the shipped network unless a file of that name is there.
+
+    Raises:
+        WeightsNotFoundError: neither a file nor a name of shipped weights (the message lists the names), or, for
+            ``None``, no trained weights ship yet.
         WeightsError: the file is empty.
     """
-    path = packaged_weights() if weights is None else Path(weights)
+    if weights is None:
+        path = packaged_weights()
+    elif Path(weights).is_file() or str(weights) not in SHIPPED:
+        path = Path(weights)
+    else:
+        path = shipped_weights(str(weights))
     if not path.is_file():
-        raise WeightsNotFoundError(f"weights file {path} does not exist")
+        raise WeightsNotFoundError(
+            f"weights file {path} does not exist, and no shipped weights are called that "
+            f"(their names: {', '.join(SHIPPED)})"
+        )
     if path.stat().st_size == 0:
         raise WeightsError(f"{path}: the weights file is empty")
     return path
@@ -245,10 +279,12 @@ def load_net(weights: str | os.PathLike | None = None) -> nn.Module:
 
     Args:
         weights: a ``.safetensors`` file (``save_net``, ``export_checkpoint``) or a Lightning ``.ckpt`` from
-            ``DerainLitModule``; ``None`` reads the packaged weights.
+            ``DerainLitModule``, or the name of shipped weights (``"derain-small"``); ``None`` reads the packaged
+            weights.
 
     Raises:
-        WeightsNotFoundError: the file does not exist, or ``weights=None`` and no trained weights ship yet.
+        WeightsNotFoundError: neither a file nor a name of shipped weights, or ``weights=None`` and no trained
+            weights ship yet.
         WeightsError: the file is not a readable derain weights file (the message names it), or an ``.onnx``
             graph (``derain.inference.load_model(backend="onnxruntime")`` runs those).
     """
