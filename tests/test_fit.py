@@ -3,6 +3,7 @@ that trains, tests and exports (with its provenance), DDP, and errors as one lin
 
 from __future__ import annotations
 
+import re
 import json
 import os
 import subprocess
@@ -419,3 +420,40 @@ def test_bf16_on_a_cpu_without_it_in_hardware_is_known(tmp_path) -> None:
     assert cpu_bf16_is_native(tmp_path / "avx2") is False
     assert cpu_bf16_is_native(tmp_path / "sapphire") is True
     assert cpu_bf16_is_native(tmp_path / "missing") is None
+
+
+def test_a_time_budget_plans_the_last_step_ends_the_cosine_and_validates(tmp_path, capsys):
+    data = make_folder(tmp_path / "pairs")
+    val = make_folder(tmp_path / "val", seed=1)
+    run = tmp_path / "run"
+    args = [
+        *TINY_NET,
+        *QUIET,
+        f"--trainer.default_root_dir={run}",
+        f"--data.pairs.train_dirs=[{data}]",
+        f"--data.pairs.val_dirs=[{val}]",
+        "--data.patch_size=32",
+        "--data.batch_size=2",
+        "--data.num_workers=0",
+        "--data.pairs.repeat=50",
+        "--trainer.accelerator=cpu",
+        "--trainer.max_steps=100000",
+        "--trainer.val_check_interval=100000",
+        "--trainer.check_val_every_n_epoch=null",
+        "--trainer.callbacks+=derain.train.TimeBudget",
+        "--trainer.callbacks.budget=6",
+        "--trainer.callbacks.probe_steps=10",
+        "--export_from=last",
+    ]
+    assert fit_main(args) == 0
+    out = capsys.readouterr().out
+    planned = int(re.search(r"TimeBudget: [\d.]+ s a step; the run ends at step (\d+)", out).group(1))
+    saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (
+        10 <= saved["global_step"] == planned < 100000
+    )  # stopped at the plan, and the last checkpoint followed
+    schedule = saved["lr_schedulers"][0]["lr_lambdas"][0]
+    assert schedule["total"] == planned  # the cosine ends where the run does
+    assert list(
+        (run / "checkpoints").glob("best-*.ckpt")
+    )  # it validated at its last step (no other validation)

@@ -11,7 +11,7 @@ Weight averaging is Lightning's own ``EMAWeightAveraging`` callback. Lightning l
 ``derain.data.module``; the network (``derain.models``) knows nothing of it.
 """
 
-from .callbacks import CompileTraining, SampleImages
+from .callbacks import CompileTraining, SampleImages, TimeBudget
 from .checkpoints import LastCheckpoint, last_checkpoint
 from .init_weights import load_init_weights
 from .lit import DerainLitModule, NonFiniteLossError, charbonnier_loss
@@ -21,6 +21,7 @@ from .schedule import WarmupCosine
 __all__ = [
     "AttentionMonitor",
     "CompileTraining",
+    "TimeBudget",
     "DerainLitModule",
     "LastCheckpoint",
     "NonFiniteLossError",

@@ -9,8 +9,10 @@ Register them in a config (``SampleImages`` is on in every ``derain.fit`` run, a
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,9 @@ from torch import Tensor, nn
 
 from derain.io import to_uint8, write_image_atomic
 
-__all__ = ["CompileTraining", "SampleImages", "compile_forward", "cpp_compiler"]
+__all__ = ["CompileTraining", "SampleImages", "TimeBudget", "compile_forward", "cpp_compiler"]
+
+log = logging.getLogger(__name__)
 
 
 class SampleImages(L.Callback):
@@ -94,3 +98,74 @@ class CompileTraining(L.Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.train_forward = None
+
+
+class TimeBudget(L.Callback):
+    """Fits a run to a time budget: its learning-rate schedule ends, and it validates and stops, in time.
+
+    A run's speed differs between machines (a 2-core CPU, a GPU) by far more than any config can guess. After
+    ``probe_steps`` training steps this measures the time a step takes (over the last four fifths of them: the
+    first steps pay one-off costs) and plans the run's last step so that it ends ``budget`` seconds after
+    training started, less ``reserve`` of the budget (validation, checkpoint, export). It sets the warm-up +
+    cosine schedule's length (``DerainLitModule``'s ``WarmupCosine``) to that step and, at it, asks the trainer
+    to stop: Lightning then validates and the last checkpoint is written. ``trainer.max_steps`` stays the upper
+    bound; ``trainer.max_time`` a guard beside it. The plan is kept in the checkpoint: a resumed run finishes
+    the plan it made rather than making another.
+
+    Args:
+        budget: seconds, or ``"DD:HH:MM:SS"`` as ``trainer.max_time`` takes it.
+        probe_steps: training steps timed before the plan is made.
+        reserve: the share of the budget left for what follows training.
+    """
+
+    def __init__(self, budget: float | str, probe_steps: int = 50, reserve: float = 0.05) -> None:
+        super().__init__()
+        if isinstance(budget, str) and ":" not in budget:
+            budget = float(budget)
+        if isinstance(budget, str):
+            parts = [float(p) for p in budget.split(":")]
+            if len(parts) != 4:
+                raise ValueError(f"budget should be seconds or 'DD:HH:MM:SS', got {budget!r}")
+            budget = ((parts[0] * 24 + parts[1]) * 60 + parts[2]) * 60 + parts[3]
+        if budget <= 0 or probe_steps < 5 or not 0 <= reserve < 1:
+            raise ValueError(
+                f"need budget > 0 s, probe_steps >= 5 and 0 <= reserve < 1; got {budget}, {probe_steps}, {reserve}"
+            )
+        self.budget, self.probe_steps, self.reserve = float(budget), probe_steps, reserve
+        self.last_step: int | None = None
+        self._start = self._probe_from = 0.0
+        self._first_step = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_step": self.last_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.last_step = state_dict.get("last_step")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start, self._first_step = time.monotonic(), trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        done = trainer.global_step - self._first_step
+        if self.last_step is None and done == self.probe_steps // 5:
+            self._probe_from = time.monotonic()
+        elif self.last_step is None and done == self.probe_steps:
+            now = time.monotonic()
+            per_step = (now - self._probe_from) / (self.probe_steps - self.probe_steps // 5)
+            left = self.budget * (1 - self.reserve) - (now - self._start)
+            self.last_step = trainer.global_step + max(0, int(left / per_step))
+            if trainer.max_steps and trainer.max_steps > 0:
+                self.last_step = min(self.last_step, trainer.max_steps)
+            log.info(
+                "TimeBudget: %.3f s a step; the run ends at step %d (%.0f s budget)",
+                per_step,
+                self.last_step,
+                self.budget,
+            )
+            print(f"TimeBudget: {per_step:.3f} s a step; the run ends at step {self.last_step}", flush=True)
+            for scheduler in trainer.lr_scheduler_configs:
+                for schedule in getattr(scheduler.scheduler, "lr_lambdas", []):
+                    if hasattr(schedule, "total"):
+                        schedule.total = self.last_step
+        if self.last_step is not None and trainer.global_step >= self.last_step:
+            trainer.should_stop = True  # Lightning validates before it stops: the last checkpoint follows
