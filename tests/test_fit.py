@@ -3,9 +3,9 @@ that trains, tests and exports (with its provenance), DDP, and errors as one lin
 
 from __future__ import annotations
 
-import re
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
