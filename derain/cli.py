@@ -1,4 +1,5 @@
-"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe ...``, one front door to the commands.
+"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|grow ...``, one front door to the
+commands.
 
 Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``),
 imported only when asked for: ``derain infer`` never imports Lightning or gradio.
@@ -22,6 +23,7 @@ COMMANDS = {
     "export": "export a checkpoint to a weights file, or weights to an ONNX model",
     "info": "how a weights file was made: its provenance (the packaged weights by default)",
     "recipe": "rebuild shipped weights from their recipe (derain recipe derain-small [--plan])",
+    "grow": "grow trained weights into a wider or deeper network that computes the same",
 }
 """The subcommands, each the module ``derain.<name>`` with a ``main(argv, prog=...)``, and what it does."""
 

@@ -20,6 +20,7 @@ OPTIONS = {
     "--data.pairs.root",
     "info": "--config",
     "recipe": "--plan --accept-rebuilt --restore",
+    "grow": "--dim --blocks --full-res --full-res-dim --noise --seed",
 }
 """What each command's ``--help`` lists (``app`` gained ``--overlap``, which the other two had)."""
 
@@ -33,7 +34,7 @@ def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_the_command_lists_its_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     text = help_of(["--help"], capsys)
-    assert set(COMMANDS) == {"infer", "fit", "evaluate", "app", "export", "info", "recipe"}
+    assert set(COMMANDS) == {"infer", "fit", "evaluate", "app", "export", "info", "recipe", "grow"}
     assert all(f"    {name}" in text for name in COMMANDS)
     assert help_of(["--version"], capsys).startswith("derain 0.")
     with pytest.raises(SystemExit) as exit_info:

@@ -1,5 +1,6 @@
 """Growth: a trained network made wider (channel duplication), deeper (identity blocks) or given a
-full-resolution stage computes what its parent does, on odd image sizes."""
+full-resolution stage computes what its parent does, on odd image sizes; ``derain grow`` writes it with a record
+of its parent that ``derain info`` prints."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import pytest
 import torch
 from helpers import three_level_net
 
+from derain.cli import main
 from derain.inference import load_model
 from derain.models import DerainNet, add_full_res, deepen, grow, widen
-from derain.weights import tensors_sha256
+from derain.weights import load_net, save_net, tensors_sha256
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -139,3 +141,40 @@ def test_the_shipped_weights_widened_reproduce_them() -> None:
     parent_out, child_out, noisy_out = outputs(parent, child, noisy)
     assert (child_out - parent_out).abs().max() < 1e-5
     assert 1e-5 < (noisy_out - parent_out).abs().max() < 0.02
+
+
+def test_derain_grow_writes_a_grown_file_that_info_describes(tmp_path, capsys) -> None:
+    parent = trained()
+    parent_file = save_net(parent, tmp_path / "parent.safetensors")
+    out = tmp_path / "grown.safetensors"
+    options = "--dim 16 --blocks 2,2,1 --full-res tksa,agent --full-res-dim 8 --seed 3".split()
+    assert main(["grow", str(parent_file), str(out), *options]) == 0
+    assert "wrote" in capsys.readouterr().out
+    child = load_net(out)
+    assert child.init_args["dim"] == 16 and child.init_args["full_res_mixers"] == ["tksa", "agent"]
+    parent_out, child_out = outputs(parent, child)
+    assert (child_out - parent_out).abs().max() < 1e-5
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    for line in (
+        f"grown from: {parent_file} (tensors sha256 {tensors_sha256(parent_file)})",
+        "growth:",
+        "  dim: 16",
+        "  full_res_dim: 8",
+        "  seed: 3",
+        "parent provenance: none recorded",
+    ):
+        assert line in text, line
+
+
+def test_derain_grow_errors_are_one_line(tmp_path, capsys) -> None:
+    parent_file = save_net(three_level_net(), tmp_path / "parent.safetensors")
+    assert main(["grow", str(parent_file), str(tmp_path / "x.safetensors"), "--dim", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "head size 16" in err
+    missing = tmp_path / "none.safetensors"
+    assert main(["grow", str(missing), str(tmp_path / "x.safetensors"), "--dim", "16"]) == 2
+    assert "none.safetensors" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["grow", str(parent_file), str(tmp_path / "x.safetensors")])
+    assert exit_info.value.code == 2 and "nothing to grow" in capsys.readouterr().err
