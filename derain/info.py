@@ -42,12 +42,12 @@ def _growth(prov: dict[str, Any]) -> list[str]:
     """The lines of a grown network's provenance (``derain grow``): what it grew from, how, and the parent's own
     commit, steps and validation."""
     grown = prov["grown_from"]
-    parent = grown.get("provenance")
+    parent, options = grown.get("provenance"), grown.get("options") or {}
     lines = [
         f"commit: {prov.get('commit') or 'unknown (not grown in a git checkout)'}",
         f"grown from: {grown.get('file')} (tensors sha256 {grown.get('tensors_sha256')})",
         "growth:",
-        *_lines(grown.get("options") or {}, "  "),
+        *(f"  {k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in options.items()),
     ]
     if not parent:
         return [*lines, "parent provenance: none recorded"]

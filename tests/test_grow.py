@@ -160,11 +160,20 @@ def test_derain_grow_writes_a_grown_file_that_info_describes(tmp_path, capsys) -
         f"grown from: {parent_file} (tensors sha256 {tensors_sha256(parent_file)})",
         "growth:",
         "  dim: 16",
+        "  blocks: 2, 2, 1",
+        "  full_res_mixers: tksa, agent",
         "  full_res_dim: 8",
         "  seed: 3",
         "parent provenance: none recorded",
     ):
         assert line in text, line
+    again = tmp_path / "deeper.safetensors"
+    assert main(["grow", str(out), str(again), "--blocks", "3,2,1"]) == 0
+    assert main(["info", str(again)]) == 0
+    text = capsys.readouterr().out
+    assert f"grown from: {out} (tensors sha256 {tensors_sha256(out)})" in text
+    assert "parent provenance:\n  commit: " in text
+    assert f"  grown from: {parent_file} (tensors sha256 {tensors_sha256(parent_file)})" in text
 
 
 def test_derain_grow_errors_are_one_line(tmp_path, capsys) -> None:
