@@ -124,6 +124,8 @@ def test_widening_refuses_top_k_counts_that_would_not_scale() -> None:
     net = three_level_net()  # level 2: 16 channels a head; 2/3 of 16 keeps 10, of 32 keeps 21
     with pytest.raises(ValueError, match=r"ratio 0\.6667 .*head size 16"):
         widen(net)
+    with pytest.raises(ValueError, match="whole number"):
+        widen(net, 1.5)
     with pytest.raises(ValueError, match="multiple of the parent's 8"):
         grow(net, dim=12)
     with pytest.raises(ValueError, match="none below"):

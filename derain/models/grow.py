@@ -230,6 +230,8 @@ def widen(
             head size), or a feed-forward width would not.
     """
     net, f = _check_net(net), int(factor)
+    if f != factor:
+        raise ValueError(f"the widening factor should be a whole number, got {factor}")
     _check_widen(net, f)
     new = _build(net, None, dim=net.init_args["dim"] * f)
     _copy_widened(new, net, f)
@@ -257,7 +259,8 @@ def deepen(
     seed: int = 0,
 ) -> DerainNet:
     """``net`` with blocks appended to each level (encoder, decoder and bottleneck alike) up to ``blocks``, each new
-    block an exact identity: its attention's ``proj`` and feed-forward's ``project_out`` start at zero.
+    block an exact identity: its attention's ``proj`` and feed-forward's ``project_out`` start at zero. The refine
+    blocks and the full-resolution stage stay as they are.
 
     Args:
         net: the parent (unchanged).
