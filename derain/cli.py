@@ -1,4 +1,4 @@
-"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|models ...``, one front door to the
+"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|models|grow ...``, one front door to the
 commands.
 
 Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``;
@@ -25,6 +25,7 @@ COMMANDS = {
     "info": "how a weights file was made: its provenance (the packaged weights by default)",
     "recipe": "rebuild shipped weights from their recipe (derain recipe derain-small [--plan])",
     "models": "the weights that ship, by name (--weights NAME): parameters, speed, validation scores, file",
+    "grow": "grow trained weights into a wider or deeper network that computes the same",
 }
 """The subcommands, each the module ``derain.<name>`` (or :data:`MODULES`') with a ``main(argv, prog=...)``, and
 what it does."""

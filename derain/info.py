@@ -2,7 +2,8 @@
 
 Prints the file, its network record, the sha256 of its tensors (what the recipe pins) and its provenance: the
 commit, the training data's manifest hash, the steps, the validation scores and the resolved config (``--config``
-prints that in full). A file written without provenance says so.
+prints that in full); a grown network (``derain grow``), its parent (file and tensors sha256), the growth options
+and the parent's steps and scores. A file written without provenance says so.
 """
 
 from __future__ import annotations
@@ -37,6 +38,26 @@ def _lines(value: Any, indent: str = "") -> list[str]:
     return out
 
 
+def _growth(prov: dict[str, Any]) -> list[str]:
+    """The lines of a grown network's provenance (``derain grow``): what it grew from, how, and the parent's own
+    commit, steps and validation."""
+    grown = prov["grown_from"]
+    parent, options = grown.get("provenance"), grown.get("options") or {}
+    lines = [
+        f"commit: {prov.get('commit') or 'unknown (not grown in a git checkout)'}",
+        f"grown from: {grown.get('file')} (tensors sha256 {grown.get('tensors_sha256')})",
+        "growth:",
+        *(f"  {k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in options.items()),
+    ]
+    if not parent:
+        return [*lines, "parent provenance: none recorded"]
+    keep = {k: parent[k] for k in ("commit", "steps", "lineage_steps", "validation") if k in parent}
+    if "grown_from" in parent:  # grown in turn: its parent by name and hash
+        above = parent["grown_from"]
+        keep["grown from"] = f"{above.get('file')} (tensors sha256 {above.get('tensors_sha256')})"
+    return [*lines, "parent provenance:", *_lines(keep, "  ")]
+
+
 def describe(weights: str | None = None, *, full_config: bool = False) -> str:
     """What ``derain info`` prints about ``weights`` (the packaged weights for None).
 
@@ -54,6 +75,12 @@ def describe(weights: str | None = None, *, full_config: bool = False) -> str:
     prov = read_provenance(path)
     if prov is None:
         return "\n".join([*lines, "provenance: none recorded (this file was written without it)"])
+    if "grown_from" in prov:
+        lines += _growth(prov)
+        parent_config = (prov["grown_from"].get("provenance") or {}).get("config")
+        if full_config and parent_config:
+            lines += ["parent config:", yaml.safe_dump(parent_config, sort_keys=False).rstrip()]
+        return "\n".join(lines)
     config, data = prov.get("config") or {}, prov.get("data") or {}
     lineage = f" (lineage: {prov['lineage_steps']})" if "lineage_steps" in prov else ""
     lines += [

@@ -21,6 +21,7 @@ OPTIONS = {
     "info": "--config",
     "recipe": "--plan --accept-rebuilt --restore",
     "models": "--help",
+    "grow": "--dim --blocks --full-res --full-res-dim --noise --seed",
 }
 """What each command's ``--help`` lists (``app`` gained ``--overlap``, which the other two had)."""
 
@@ -34,7 +35,7 @@ def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_the_command_lists_its_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     text = help_of(["--help"], capsys)
-    assert set(COMMANDS) == {"infer", "fit", "evaluate", "app", "export", "info", "recipe", "models"}
+    assert set(COMMANDS) == {"infer", "fit", "evaluate", "app", "export", "info", "recipe", "models", "grow"}
     assert all(f"    {name}" in text for name in COMMANDS)
     assert help_of(["--version"], capsys).startswith("derain 0.")
     with pytest.raises(SystemExit) as exit_info:

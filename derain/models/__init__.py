@@ -7,6 +7,7 @@ from .attention import (
     agent_attention,
     topk_channel_attention,
 )
+from .grow import add_full_res, deepen, grow, widen
 from .net import DerainNet, TransformerBlock
 from .record import Recorded, build_network, network_record
 
@@ -17,8 +18,12 @@ __all__ = [
     "Recorded",
     "TopKSparseAttention",
     "TransformerBlock",
+    "add_full_res",
     "agent_attention",
     "build_network",
+    "deepen",
+    "grow",
     "network_record",
     "topk_channel_attention",
+    "widen",
 ]

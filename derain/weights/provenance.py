@@ -3,8 +3,9 @@
 A weights file that :func:`provenance_metadata` went into says, under :data:`PROVENANCE_KEY`, what made it: the
 resolved training config, the commit of the code (when trained in a git checkout), a manifest hash of the training
 data (every file of the folders the config names, by relative path and size), the step count and the validation
-scores. ``derain info`` prints it. Nothing here imports Lightning: the training command collects the values and
-passes them in.
+scores; a network grown from trained weights (``derain grow``) records what it grew from instead
+(:func:`growth_provenance`). ``derain info`` prints it. Nothing here imports Lightning: the training command
+collects the values and passes them in.
 
 Example:
     >>> prov = provenance(config=config, steps=500, validation={"val/psnr_y": 24.5})   # doctest: +SKIP
@@ -30,6 +31,7 @@ __all__ = [
     "config_folders",
     "data_manifest",
     "git_commit",
+    "growth_provenance",
     "provenance",
     "provenance_metadata",
     "read_provenance",
@@ -142,6 +144,33 @@ def provenance(
         "steps": int(steps),
         "validation": dict(validation),
         **more,
+    }
+
+
+def growth_provenance(
+    parent: str | os.PathLike, options: Mapping[str, Any], *, commit: str | None = None
+) -> dict[str, Any]:
+    """The provenance of a network grown from the weights file ``parent`` (``derain grow``): under ``grown_from``
+    the parent as named, the sha256 of its tensors, the growth options and the parent's own provenance (None when it
+    records none); beside it the commit of the code that grew it.
+
+    Args:
+        parent: the parent's weights file (``.safetensors`` or ``.ckpt``).
+        options: the growth options (``dim``, ``blocks``, ``full_res_mixers``, ``noise``, ``seed``, ...).
+        commit: the code's commit; default :func:`git_commit`.
+
+    Raises:
+        WeightsError: ``parent`` is missing or not a readable weights file.
+    """
+    path = resolve(parent)
+    return {
+        "grown_from": {
+            "file": str(parent),
+            "tensors_sha256": tensors_sha256(path),
+            "options": dict(options),
+            "provenance": read_provenance(path) if path.suffix == ".safetensors" else None,
+        },
+        "commit": git_commit() if commit is None else commit,
     }
 
 
