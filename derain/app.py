@@ -2,12 +2,14 @@
 repository's ``python app.py``) then open http://127.0.0.1:7860.
 
 Upload a rainy photo (or click an example), choose *Fast* (one pass) or *Best* (a flip self-ensemble, several
-times slower; the page shows what each is expected to take for the photo), press *Derain*, compare before/after
-with the slider and download the full-resolution PNG. Large photos are tiled; photos over ``--max-megapixels``
-are refused with a message. Requests wait in a queue (``--concurrency`` photos derained at once); when
+times slower; the page shows what each is expected to take for the photo) and the *Strength* (how much of the rain
+found is taken away, 0 to 2; the PNG's name says it when not 1), press *Derain*, compare before/after with the
+slider and download the full-resolution PNG. Large photos are tiled; photos over ``--max-megapixels`` are refused
+with a message. Requests wait in a queue (``--concurrency`` photos derained at once); when
 ``--max-queue`` requests are already waiting, a new one is turned away with Gradio's "queue is full, try again"
 message instead of piling up. The click is also an API endpoint:
-``gradio_client.Client(url).predict(handle_file(path), api_name="/derain")``.
+``gradio_client.Client(url).predict(handle_file(path), api_name="/derain")`` (then, optionally, the quality and the
+strength: ``predict(handle_file(path), "fast", 1.5, api_name="/derain")``).
 
 The page has three parts: ``derain.page``'s :class:`~derain.page.PageSettings` (the options, checked once) and
 :class:`~derain.page.PageHandlers` (the requests as plain methods that raise ``RequestError``; no gradio, no server
@@ -28,6 +30,7 @@ import torch
 from torch import nn
 
 from derain import arguments
+from derain.inference import MAX_STRENGTH
 from derain.inference.timing import SpeedEstimate
 from derain.models import DerainNet
 from derain.page import PageHandlers, PageSettings, RequestError
@@ -55,9 +58,9 @@ def _shown(handler: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def _photo_tab(handlers: PageHandlers) -> gr.Radio:
-    """The Photo tab: upload, quality, *Derain*; the before/after slider, the PNG and the status line. Gives the
-    quality choice (the Video tab reads it too)."""
+def _photo_tab(handlers: PageHandlers) -> tuple[gr.Radio, gr.Slider]:
+    """The Photo tab: upload, quality, strength, *Derain*; the before/after slider, the PNG and the status line.
+    Gives the quality choice and the strength (the Video tab reads them too)."""
     with gr.Tab("Photo"), gr.Row():
         with gr.Column():
             photo = gr.Image(
@@ -72,6 +75,15 @@ def _photo_tab(handlers: PageHandlers) -> gr.Radio:
                 value=handlers.default_quality,
                 label="Quality",
                 elem_id="quality",
+            )
+            strength = gr.Slider(
+                0.0,
+                MAX_STRENGTH,
+                value=1.0,
+                step=0.05,
+                label="Strength",
+                info="How much of the rain found is taken away: 0 none, 1 the network's output, 2 twice as much",
+                elem_id="strength",
             )
             button = gr.Button("Derain", variant="primary", elem_id="derain-button")
             examples = sorted(EXAMPLES_DIR.glob("*.jpg"))
@@ -88,7 +100,7 @@ def _photo_tab(handlers: PageHandlers) -> gr.Radio:
     )
     derained = button.click(
         _shown(handlers.derain),
-        inputs=[photo, choice],
+        inputs=[photo, choice, strength],
         outputs=[slider, download, status],
         api_name="derain",
         preprocess=False,
@@ -99,12 +111,12 @@ def _photo_tab(handlers: PageHandlers) -> gr.Radio:
         return gr.Radio(choices=handlers.quality_choices())
 
     derained.success(relabel, outputs=[choice], api_visibility="private", queue=False)
-    return choice
+    return choice, strength
 
 
-def _video_tab(handlers: PageHandlers, choice: gr.Radio) -> None:
-    """The Video tab: upload, *Derain video*; the derained clip and its status line (quality from the Photo
-    tab's choice)."""
+def _video_tab(handlers: PageHandlers, choice: gr.Radio, strength: gr.Slider) -> None:
+    """The Video tab: upload, *Derain video*; the derained clip and its status line (quality and strength from the
+    Photo tab's)."""
     limit = handlers.settings.max_video_seconds
     with gr.Tab("Video"), gr.Row():
         with gr.Column():
@@ -115,16 +127,19 @@ def _video_tab(handlers: PageHandlers, choice: gr.Radio) -> None:
             clip_status = gr.Markdown(elem_id="clip-status")
 
     def derain_clip(
-        clip: str | None, choice: str | None = None, progress: gr.Progress = gr.Progress()
+        clip: str | None,
+        choice: str | None = None,
+        strength: float | None = 1.0,
+        progress: gr.Progress = gr.Progress(),
     ) -> tuple[str, str]:
         def on_frame(done: int, total: int) -> None:
             progress(min(done / total, 1.0), desc=f"frame {done} of {total}")
 
-        return handlers.derain_clip(clip, choice, on_frame)
+        return handlers.derain_clip(clip, choice, on_frame, strength)
 
     clip_button.click(
         _shown(derain_clip),
-        inputs=[clip, choice],
+        inputs=[clip, choice, strength],
         outputs=[clip_result, clip_status],
         api_name="derain_video",
     )
@@ -153,8 +168,8 @@ def build_app(
         )
         if settings.warning:
             gr.Markdown(settings.warning, elem_id="warning")
-        choice = _photo_tab(handlers)
-        _video_tab(handlers, choice)
+        choice, strength = _photo_tab(handlers)
+        _video_tab(handlers, choice, strength)
     return demo.queue(default_concurrency_limit=settings.concurrency, max_size=settings.max_queue)
 
 

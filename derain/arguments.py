@@ -122,12 +122,18 @@ def add_model_arguments(
     )
 
 
-def restore_options(args: argparse.Namespace, *, ensemble: int | None = None) -> RestoreOptions:
+def restore_options(
+    args: argparse.Namespace, *, ensemble: int | None = None, strength: float = 1.0
+) -> RestoreOptions:
     """``--tile --overlap --ensemble`` as the :class:`~derain.inference.RestoreOptions` a command passes down
-    (``ensemble``: instead of ``--ensemble``, for a command without it); a ``UsageError`` when they cannot work."""
+    (``ensemble``: instead of ``--ensemble``, for a command without it; ``strength``: a command's ``--strength``);
+    a ``UsageError`` when they cannot work."""
     try:
         return RestoreOptions(
-            tile=args.tile, overlap=args.overlap, ensemble=args.ensemble if ensemble is None else ensemble
+            tile=args.tile,
+            overlap=args.overlap,
+            ensemble=args.ensemble if ensemble is None else ensemble,
+            strength=strength,
         )
     except ValueError as err:
         raise UsageError(str(err)) from None

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from derain import arguments
 from derain.extras import MissingExtraError
-from derain.inference import RestoreOptions, read_image, restore
+from derain.inference import MAX_STRENGTH, RestoreOptions, read_image, restore
 from derain.inference.video import (
     VIDEO_SUFFIXES,
     VideoError,
@@ -273,7 +273,7 @@ class Job:
         shard: ``(i, n)``: every n-th input from the i-th; ``None``: all.
         fmt: images' output format: ``png``, ``jpg`` or ``same`` (each input's suffix).
         overwrite: redo inputs whose output exists.
-        options: how ``restore`` runs the network (tiling, ensemble).
+        options: how ``restore`` runs the network (tiling, ensemble, strength).
     """
 
     source: Path
@@ -349,6 +349,14 @@ def build_parser(prog: str = "python -m derain.infer") -> argparse.ArgumentParse
         help="output folder (created; not inside IN); for one input file also an output file name",
     )
     arguments.add_model_arguments(parser)
+    parser.add_argument(
+        "--strength",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help=f"how much of the rain found is taken away, 0 (none) to {MAX_STRENGTH:g} (twice as much); "
+        "default 1, the network's output",
+    )
     parser.add_argument("--overwrite", action="store_true", help="redo images whose output already exists")
     parser.add_argument("--recursive", action="store_true", help="include subfolders, mirrored in OUT_DIR")
     parser.add_argument(
@@ -372,7 +380,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.infer")
     args = build_parser(prog).parse_args(argv)
     try:
         source, out_dir, out_file = check_paths(args.in_dir, args.out_dir)
-        options = arguments.restore_options(args)
+        options = arguments.restore_options(args, strength=args.strength)
         model = arguments.model_from_args(args)
     except arguments.UsageError as err:
         return arguments.usage_error(err)

@@ -125,9 +125,10 @@ class PageSettings:
     def max_pixels(self) -> int:
         return int(self.max_megapixels * 1e6)
 
-    def restore_options(self, passes: int) -> RestoreOptions:
-        """What ``restore`` gets for a photo (or a video's frames) derained with ``passes`` passes."""
-        return RestoreOptions(tile=self.tile, overlap=self.overlap, ensemble=passes)
+    def restore_options(self, passes: int, strength: float = 1.0) -> RestoreOptions:
+        """What ``restore`` gets for a photo (or a video's frames) derained with ``passes`` passes at
+        ``strength``."""
+        return RestoreOptions(tile=self.tile, overlap=self.overlap, ensemble=passes, strength=strength)
 
 
 def auto_quality(speed: SpeedEstimate, ensemble: int) -> str:
@@ -172,6 +173,12 @@ def _pixel_count(path: Path) -> int | None:
     return h * w
 
 
+def _derained_name(stem: str, strength: float, suffix: str) -> str:
+    """``photo-derained.png``, or ``photo-derained-s1.5.png`` at a strength other than 1."""
+    tag = "" if strength == 1 else f"-s{strength:g}"
+    return f"{stem}-derained{tag}{suffix}"
+
+
 def _prune(folder: Path, max_age_s: float) -> None:
     """Remove result folders (one per request) under ``folder`` older than ``max_age_s`` seconds."""
     cutoff = time.time() - max_age_s
@@ -208,6 +215,14 @@ class PageHandlers:
         if choice not in ("fast", "best"):
             raise RequestError(f"Quality should be fast or best, got {choice!r}.")
         return 1 if choice == "fast" else self.settings.ensemble
+
+    def _options(self, passes: int, strength: float | None) -> RestoreOptions:
+        """What ``restore`` gets for ``passes`` at the requested ``strength`` (``None``: 1)."""
+        try:
+            return self.settings.restore_options(passes, 1.0 if strength is None else strength)
+        except ValueError as err:  # the settings were checked when made: only the strength can be wrong
+            message = str(err)
+            raise RequestError(f"{message[0].upper()}{message[1:]}.") from None
 
     def quality_choices(self) -> list[tuple[str, str]]:
         """The quality radio's (label, value) pairs, with this server's current time per megapixel."""
@@ -253,9 +268,10 @@ class PageHandlers:
         return image
 
     def derain(
-        self, photo: dict | None, choice: str | None = None
+        self, photo: dict | None, choice: str | None = None, strength: float | None = 1.0
     ) -> tuple[tuple[np.ndarray, np.ndarray], str, str]:
-        """Derain the uploaded photo: (before, after) previews, the full-size PNG, and a status line.
+        """Derain the uploaded photo: (before, after) previews, the full-size PNG (its strength in its name when
+        not 1), and a status line.
 
         The upload arrives as Gradio's file payload (``{"path": ..., "orig_name": ...}``, ``preprocess=False``),
         not decoded by Gradio, so that files that are not images get a readable message from ``read_image``
@@ -265,17 +281,19 @@ class PageHandlers:
             raise RequestError("Upload a rainy photo first, or click one of the examples.")
         source = Path(photo["path"])
         name = photo.get("orig_name") or source.name
-        image = self._read_photo(source, name)
         n = self.passes(choice)
+        options = self._options(n, strength)
+        image = self._read_photo(source, name)
         start = time.perf_counter()
-        result = restore(self.model, image, options=self.settings.restore_options(n))
+        result = restore(self.model, image, options=options)
         seconds = time.perf_counter() - start
         h, w = image.shape[:2]
         self.speed.update(h * w, n, seconds)
-        out_path = self._output(f"{Path(name).stem}-derained.png")
+        out_path = self._output(_derained_name(Path(name).stem, options.strength, ".png"))
         write_image_atomic(out_path, result)
-        status = f"Derained {w}×{h} pixels in **{seconds:.2f} s**"
-        status += f" (Best: self-ensemble of {n} passes)." if n > 1 else " (Fast: one pass)."
+        how = f"Best: self-ensemble of {n} passes" if n > 1 else "Fast: one pass"
+        how += f", strength {options.strength:g}" if options.strength != 1 else ""
+        status = f"Derained {w}×{h} pixels in **{seconds:.2f} s** ({how})."
         return (_preview(image), _preview(result)), str(out_path), status
 
     def _check_clip(self, source: Path) -> VideoInfo:
@@ -304,6 +322,7 @@ class PageHandlers:
         clip: str | None,
         choice: str | None = None,
         on_frame: Callable[[int, int], None] | None = None,
+        strength: float | None = 1.0,
     ) -> tuple[str, str]:
         """Derain every frame of the uploaded clip: the derained MP4 (H.264, audio kept) and a status line.
 
@@ -311,15 +330,18 @@ class PageHandlers:
             clip: the uploaded file's path.
             choice: ``"fast"`` or ``"best"``; ``None``: the page's default.
             on_frame: called with (frames done, frames expected) after each frame.
+            strength: how much of the rain found is taken away (0 to 2; ``None``: 1), in the file's name when
+                not 1.
         """
         if not clip:
             raise RequestError("Upload a short rainy video first.")
         n = self.passes(choice)
+        options = self._options(n, strength)
         source = Path(clip)
         info = self._check_clip(source)
         total = max(info.frames, 1)
         start = time.perf_counter()
-        out_path = self._output(f"{source.stem}-derained.mp4")
+        out_path = self._output(_derained_name(source.stem, options.strength, ".mp4"))
         try:
             frames = int(self.settings.max_video_seconds * info.fps) + 1
             report = None if on_frame is None else lambda done: on_frame(done, total)
@@ -327,7 +349,7 @@ class PageHandlers:
                 self.model,
                 source,
                 out_path,
-                options=self.settings.restore_options(n),
+                options=options,
                 max_frames=frames,
                 on_frame=report,
             )

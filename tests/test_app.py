@@ -128,6 +128,15 @@ def test_auto_quality_picks_best_only_when_it_is_quick_at_one_megapixel(
     )
 
 
+def test_the_strength_slider_runs_from_0_to_2_and_feeds_photos_and_videos(app: ModuleType) -> None:
+    demo = app.build_app(tiny_net(), speed=SpeedEstimate(1.0))
+    slider = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "strength")
+    assert (slider.minimum, slider.maximum, slider.value) == (0, 2, 1.0)
+    fns = {fn.api_name: fn for fn in demo.fns.values()}
+    assert [b.elem_id for b in fns["derain"].inputs] == ["photo", "quality", "strength"]
+    assert [b.elem_id for b in fns["derain_video"].inputs] == ["clip", "quality", "strength"]
+
+
 def test_after_each_photo_the_page_relabels_the_qualities(app: ModuleType) -> None:
     """The layout's wiring: once a photo is derained, the Quality labels are drawn again from the estimate."""
     speed = SpeedEstimate(1.0)
@@ -166,6 +175,21 @@ def test_derain_gives_previews_the_full_png_and_a_status(handlers: PageHandlers,
         handlers.derain(photo, "slow")
     with pytest.raises(RequestError, match="Upload a rainy photo first"):
         handlers.derain(None)
+
+
+def test_the_strength_is_in_the_png_and_its_name(handlers: PageHandlers, tmp_path: Path) -> None:
+    rgb = np.random.default_rng(0).integers(0, 256, (90, 130, 3), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "rainy.png"), rgb[:, :, ::-1])
+    (before, after), png, status = handlers.derain(upload(tmp_path / "rainy.png"), "fast", 1.5)
+    assert Path(png).name == "rainy-derained-s1.5.png"
+    options = handlers.settings.restore_options(1, strength=1.5)
+    np.testing.assert_array_equal(read_image(png), restore(handlers.model, rgb, options=options))
+    assert status.endswith("(Fast: one pass, strength 1.5).")
+    (before, after), png, _ = handlers.derain(upload(tmp_path / "rainy.png"), "fast", 0)
+    assert Path(png).name == "rainy-derained-s0.png"
+    np.testing.assert_array_equal(after, before)  # strength 0: nothing taken away
+    with pytest.raises(RequestError, match=r"^Strength should be between 0 and 2, got 2\.5\.$"):
+        handlers.derain(upload(tmp_path / "rainy.png"), "fast", 2.5)
 
 
 def test_the_labels_follow_the_photos_derained(tmp_path: Path) -> None:
@@ -231,6 +255,8 @@ def test_video_handler_derains_a_clip_and_reports_progress(handlers: PageHandler
     assert Path(path).name == "rainy-derained.mp4"
     assert probe(path).frames == 6 and progress == [(i, 6) for i in range(1, 7)]
     assert status.startswith("Derained 6 frames of 64×48 in") and status.endswith("audio kept (aac).")
+    path, _ = handlers.derain_clip(str(tmp_path / "rainy.mp4"), "fast", strength=0.5)
+    assert Path(path).name == "rainy-derained-s0.5.mp4" and probe(path).frames == 6
 
 
 def test_video_handler_refuses_long_clips_large_frames_and_non_videos(
@@ -297,6 +323,10 @@ def test_derain_endpoint_returns_before_after_and_png(client: Client, tmp_path: 
     assert status.endswith("(Best: self-ensemble of 2 passes).")  # the page's default here
     *_, fast = client.predict(handle_file(str(tmp_path / "rainy.png")), "fast", api_name="/derain")
     assert fast.endswith("(Fast: one pass).")
+    _, png, strong = client.predict(handle_file(str(tmp_path / "rainy.png")), "fast", 1.5, api_name="/derain")
+    assert Path(png).name == "rainy-derained-s1.5.png" and strong.endswith("(Fast: one pass, strength 1.5).")
+    with pytest.raises(AppError, match="Strength should be between 0 and 2, got 2.5"):
+        client.predict(handle_file(str(tmp_path / "rainy.png")), "fast", 2.5, api_name="/derain")
     # a handler's RequestError reaches the visitor as the page's message
     with pytest.raises(AppError, match="Quality should be fast or best, got 'slow'"):
         client.predict(handle_file(str(tmp_path / "rainy.png")), "slow", api_name="/derain")

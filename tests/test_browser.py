@@ -1,4 +1,5 @@
-"""The web page in a real Chromium: upload a photo, click *Derain*, see the before/after slider."""
+"""The web page in a real Chromium: upload a photo, click *Derain*, see the before/after slider; again at another
+strength."""
 
 from __future__ import annotations
 
@@ -66,6 +67,14 @@ def test_upload_derain_and_see_the_result(url: str, tmp_path: Path) -> None:
             assert href is not None
             png = page.request.get(href)
             assert png.ok and png.body()[:8] == b"\x89PNG\r\n\x1a\n"
+            strength = page.locator("#strength input[type=number]")
+            strength.fill("1.5")
+            strength.press("Enter")
+            page.locator("#derain-button").click()
+            sync_api.expect(status).to_contain_text(
+                "Best: self-ensemble of 4 passes, strength 1.5", timeout=60_000
+            )
+            sync_api.expect(download).to_contain_text("chelsea-rain-derained-s1.5")
             page.screenshot(path=str(tmp_path / "derain-page.png"), full_page=True)
         finally:
             browser.close()

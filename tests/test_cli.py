@@ -11,7 +11,8 @@ import pytest
 from derain.cli import COMMANDS, main
 
 OPTIONS = {
-    "infer": "--weights --tile --overlap --ensemble --backend --device --overwrite --recursive --format --shard",
+    "infer": "--weights --tile --overlap --ensemble --strength --backend --device --overwrite --recursive --format "
+    "--shard",
     "evaluate": "--rain --pred --clean --weights --tile --overlap --ensemble --backend --device --csv --json --names",
     "app": "--host --port --weights --tile --overlap --ensemble --backend --device --random-weights "
     "--max-megapixels --max-video-seconds --concurrency --max-queue",

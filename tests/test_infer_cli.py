@@ -128,6 +128,23 @@ def test_ensemble_flag_reaches_restore(photos: Path, tmp_path: Path, tiny_weight
     assert not np.array_equal(read_image(tmp_path / "out1/good.png"), read_image(tmp_path / "out4/good.png"))
 
 
+def test_strength_flag_reaches_restore(
+    photos: Path, tmp_path: Path, tiny_weights: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = load_model(tiny_weights, device="cpu")
+    image = read_image(photos / "good.png")
+    for s in ("0", "1.5"):
+        out = tmp_path / f"good-s{s}.png"
+        argv = [str(photos / "good.png"), str(out), "--weights", str(tiny_weights), "--strength", s]
+        assert main(argv) == 0
+        np.testing.assert_array_equal(read_image(out), restore(model, image, strength=float(s)))
+    np.testing.assert_array_equal(read_image(tmp_path / "good-s0.png"), image)  # strength 0: the photo
+    argv = [str(photos), str(tmp_path / "o"), "--weights", str(tiny_weights), "--strength", "2.5"]
+    assert main(argv) == 2
+    assert "error: strength should be between 0 and 2, got 2.5" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_shards_split_the_sorted_list(photos: Path, tmp_path: Path, tiny_weights: Path) -> None:
     (photos / "corrupt.png").unlink()
     (photos / "empty.jpg").unlink()

@@ -8,6 +8,7 @@ import json
 import struct
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -309,6 +310,74 @@ def test_large_images_are_tiled_automatically(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr("derain.inference.image.DEFAULT_TILE", 128)
     restore(Spy(), image, max_pixels_untiled=1000)
     assert len(seen) > 1 and all(s[-2:] == (128, 128) for s in seen)
+
+
+# ------------------------------------------------------------------------------------------------ strength
+
+
+def test_strength_1_is_the_network_output_and_0_the_photo(tiny_net: DerainNet) -> None:
+    image = smooth_image(40, 56)
+    x = torch.from_numpy(image).permute(2, 0, 1)[None].float() / 255
+    with torch.no_grad():
+        network = np.rint(tiny_net(x).clamp(0, 1)[0].permute(1, 2, 0).numpy() * 255).astype(np.uint8)
+    np.testing.assert_array_equal(restore(tiny_net, image, strength=1.0), network)
+    np.testing.assert_array_equal(restore(tiny_net, image), network)  # the default
+    gray, deep = image[:, :, 0], image.astype(np.uint16) * 257
+    for photo in (image, gray, deep):
+        for options in (
+            RestoreOptions(strength=0),
+            RestoreOptions(tile=32, overlap=8, ensemble=2, strength=0),
+        ):
+            np.testing.assert_array_equal(restore(tiny_net, photo, options=options), photo)
+
+
+def test_strength_scales_the_rain_taken_away(tiny_net: DerainNet) -> None:
+    """``rainy + s·(derained − rainy)``: on a mid-grey photo nothing reaches 0 or 1, so no clamp hides it."""
+    image = smooth_image(40, 56).astype(np.uint16) * 257  # 16-bit: the comparison is not lost in rounding
+    x = image / 65535
+    for options in (RestoreOptions(), RestoreOptions(tile=32, overlap=8, ensemble=2)):
+        removed = restore(tiny_net, image, options=options) / 65535 - x
+        assert np.abs(removed).max() > 0.05  # the network does change the photo
+        for s in (0.5, 1.5, 2.0):
+            assert (x + s * removed).min() > 0 and (x + s * removed).max() < 1
+            scaled = replace(options, strength=s)
+            np.testing.assert_allclose(
+                restore(tiny_net, image, options=scaled) / 65535 - x,
+                s * removed,
+                rtol=0,
+                atol=(1 + s) / 65535,
+            )
+
+
+class Tilt(nn.Module):
+    """Brightens the right of what it sees and darkens the left, by up to ``amount``: mirror passes cancel."""
+
+    def __init__(self, amount: float) -> None:
+        super().__init__()
+        self.amount = nn.Parameter(torch.tensor(amount))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.amount * torch.linspace(-1, 1, x.shape[3])
+
+
+def test_strength_is_applied_once_after_the_ensemble_and_the_tiles() -> None:
+    """The flipped passes are averaged (tiles blended) first, then scaled: at strength 2 each pass alone would
+    pass 255 on the right and lose its brightening to the clamp, and the average would come out darker."""
+    image = np.full((40, 72, 3), 220, np.uint8)  # 220/255 + 0.1 stays under 1; 220/255 + 0.2 would not
+    for options in (RestoreOptions(ensemble=2), RestoreOptions(tile=32, overlap=8, ensemble=2)):
+        assert restore(Tilt(0.1), image, options=replace(options, ensemble=1))[:, -1].min() > 240
+        np.testing.assert_array_equal(restore(Tilt(0.1), image, options=replace(options, strength=2)), image)
+
+
+def test_strength_outside_0_to_2_is_refused(tiny_net: DerainNet) -> None:
+    image = smooth_image(16, 16)
+    for bad in (-0.5, 2.5, float("nan")):
+        with pytest.raises(ValueError, match=rf"^strength should be between 0 and 2, got {bad}$"):
+            restore(tiny_net, image, strength=bad)
+    with pytest.raises(ValueError, match=r"strength should be between 0 and 2, got 3"):
+        RestoreOptions(strength=3)
+    with pytest.raises(TypeError, match="either in options or on their own"):
+        restore(tiny_net, image, options=RestoreOptions(), strength=0.5)
 
 
 # ------------------------------------------------------------------------------------------------ read_image

@@ -136,6 +136,19 @@ def test_real_rain_names_a_weights_file_that_does_not_load_and_a_folder_without_
         bench.main(["--weights", str(tiny_weights), "--data", str(tmp_path / "data")])
 
 
+def test_real_rain_measures_at_a_strength(tmp_path, tiny_weights, capsys):
+    write_data(tmp_path / "data")
+    args = ["--weights", str(tiny_weights), "--data", str(tmp_path / "data"), "--strength"]
+    assert tool("real_rain").main([*args, "1"]) == 0
+    assert '"removed_0": 0.0' not in capsys.readouterr().out  # the network does change the photos
+    assert tool("real_rain").main([*args, "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "strength 0" in printed and '"removed_0": 0.0' in printed  # strength 0: nothing removed
+    with pytest.raises(SystemExit) as exit_:
+        tool("real_rain").main([*args, "2.5"])
+    assert exit_.value.code == 2 and "strength should be between 0 and 2, got 2.5" in capsys.readouterr().err
+
+
 def test_a_tool_without_data_names_the_option_and_the_variable(tmp_path, tiny_weights, monkeypatch, capsys):
     monkeypatch.delenv("DERAIN_DATA", raising=False)
     with pytest.raises(SystemExit) as exit_:

@@ -111,6 +111,20 @@ def test_infer_folder_with_videos_photos_and_a_broken_clip(
     assert "ok 0, skipped 3, failed 1" in capsys.readouterr().out
 
 
+def test_infer_strength_reaches_every_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("derain.arguments.model_from_args", lambda *a, **k: Invert())
+    src = make_clip(tmp_path / "clip.mp4", frames=3, audio=False)
+    for s in ("0", "0.5"):
+        assert main([str(src), str(tmp_path / f"s{s}.mp4"), "--device", "cpu", "--strength", s]) == 0
+    rainy = read_frames(src)
+    untouched, halfway = read_frames(tmp_path / "s0.mp4"), read_frames(tmp_path / "s0.5.mp4")
+    assert len(untouched) == len(halfway) == 3
+    for k, frame in enumerate(rainy):  # up to H.264's loss: the frame itself, then halfway to its negative
+        assert np.abs(untouched[k].astype(int) - frame).mean() < 3.0
+        assert np.abs(halfway[k].astype(int) - restore(Invert(), frame, strength=0.5)).mean() < 3.0
+    assert np.abs(halfway[0].astype(int) - 128).max() < 10  # halfway between 90 or 200 and its negative
+
+
 def test_infer_one_video_to_a_named_file(
     tmp_path: Path, net: DerainNet, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -13,7 +13,8 @@ Real rainy photos have no clean image, so this measures what a model does (``doc
   photo's centre at full resolution, where streaks can be judged, instead of the whole photo scaled).
 
 Every weights file runs on the same photos in one run; the table gives each one's means, its ratio to the first
-weights' removal, and paired differences per photo against the first. Photos of any size and mode (grey, RGBA,
+weights' removal, and paired differences per photo against the first. ``--strength S`` derains at that strength
+(``restore(strength=S)``, 0 to 2; default 1): what is removed and kept when the network's rain is scaled. Photos of any size and mode (grey, RGBA,
 16-bit, EXIF-turned) are read as 8-bit RGB; an unreadable one is named and skipped. A weights file that does not
 load or a folder without images is a one-line error. Prints the table and one ``RESULT {...}`` JSON line;
 ``--json FILE`` writes the per-photo values. Files are written atomically.
@@ -32,7 +33,7 @@ from gallery import change_levels, gallery
 from research import add_data_argument, load_weights, paired_difference
 
 from derain.evaluate import score_pair, spread
-from derain.inference import restore
+from derain.inference import RestoreOptions, restore
 from derain.io import IMAGE_SUFFIXES, ImageReadError, atomic_output, list_images, read_rgb, write_image_atomic
 
 REAL_SETS = {"real-rainy": "real-rainy/rain", "spa": "spa-samples/rain", "webcam": "gtrain-webcam-pairs/rain"}
@@ -77,7 +78,9 @@ def mean_row(values: list[float], first: list[float] | None) -> dict:
     return out
 
 
-def measure(models, names, data: Path, rows_wanted: int) -> tuple[dict, list[list[np.ndarray]], list[str]]:
+def measure(
+    models, names, data: Path, rows_wanted: int, options: RestoreOptions = RestoreOptions()
+) -> tuple[dict, list[list[np.ndarray]], list[str]]:
     removed: dict[str, list[list[float]]] = {}
     photo_names: dict[str, list[str]] = {}
     skipped: list[str] = []
@@ -94,7 +97,7 @@ def measure(models, names, data: Path, rows_wanted: int) -> tuple[dict, list[lis
         removed[key] = [[] for _ in models]
         photo_names[key] = [n for n, _ in photos]
         for name, photo in photos:
-            outs = [restore(m, photo) for m in models]
+            outs = [restore(m, photo, options=options) for m in models]
             for i, out in enumerate(outs):
                 removed[key][i].append(change_levels(photo, out))
             if index in chosen:
@@ -109,7 +112,7 @@ def measure(models, names, data: Path, rows_wanted: int) -> tuple[dict, list[lis
         skipped += bad
         for name, photo in photos:
             crop = centre_crop(photo)
-            outs = [restore(m, crop) for m in models]
+            outs = [restore(m, crop, options=options) for m in models]
             for i, out in enumerate(outs):
                 kept[i].append(score_pair(out, crop)["psnr_y"])
             if len(free_rows) < 2 and name == photos[0][0]:
@@ -120,6 +123,7 @@ def measure(models, names, data: Path, rows_wanted: int) -> tuple[dict, list[lis
     removed["all real"] = [sum((removed[k][i] for k in REAL_SETS), []) for i in range(len(models))]
     result = {
         "weights": names,
+        "strength": options.strength,
         "removed": {
             k: [mean_row(v[i], v[0] if i else None) for i in range(len(models))] for k, v in removed.items()
         },
@@ -133,7 +137,7 @@ def measure(models, names, data: Path, rows_wanted: int) -> tuple[dict, list[lis
 def print_table(result: dict) -> None:
     names = result["weights"]
     width = max(len(n) for n in names)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, strength {result['strength']:g}")
     print(
         "rain removed: mean |rainy - derained| (8-bit levels) [95 % CI]; x first: ratio to the first weights"
     )
@@ -147,9 +151,10 @@ def print_table(result: dict) -> None:
                 if "paired" in s
                 else ""
             )
+            ratio = f"{s['mean'] / base:5.2f}" if base else "    -"  # strength 0 removes nothing
             print(
                 f"    {name:<{width}}  {s['mean']:6.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]  "
-                f"x first {s['mean'] / base:5.2f}{paired}"
+                f"x first {ratio}{paired}"
             )
     print(
         f"rain-free kept: PSNR-Y of derain(photo) vs photo, {len(result['per_photo']['kept'][0])} crops (dB)"
@@ -175,13 +180,22 @@ def main(argv: list[str] | None = None) -> int:
         help="show each photo's centre CROP² pixels at full resolution instead of all of it",
     )
     parser.add_argument("--json", type=Path, help="write the result, per-photo values included, here")
+    parser.add_argument(
+        "--strength", type=float, default=1.0, help="derain at this strength, 0 to 2 (default 1)"
+    )
     args = parser.parse_args(argv)
+    try:
+        options = RestoreOptions(strength=args.strength)
+    except ValueError as err:
+        parser.error(str(err))
     names = args.names or [Path(w).name for w in args.weights]
     if len(names) != len(args.weights):
         parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
     torch.set_grad_enabled(False)
     models = load_weights(args.weights)
-    result, picks, captions = measure(models, names, args.data, args.gallery_rows if args.gallery else 0)
+    result, picks, captions = measure(
+        models, names, args.data, args.gallery_rows if args.gallery else 0, options
+    )
     print_table(result)
     for message in result["skipped"]:
         print(message, file=sys.stderr)

@@ -1,7 +1,8 @@
 """Derain images of any size: one ``restore()`` for the batch command, the evaluator and the web page.
 
 ``restore`` owns everything between an image array and the network: dtype scaling (8/16 bit), grayscale and
-alpha, device and dtype of the model, tiling with smooth blending for large images, and the final clamp.
+alpha, device and dtype of the model, tiling with smooth blending for large images, the strength of the result
+and the final clamp.
 
 Example:
     >>> from derain import load_model, restore
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_TILE",
     "ENSEMBLE_FLIPS",
     "MAX_PIXELS_UNTILED",
+    "MAX_STRENGTH",
     "RestoreOptions",
     "blend_window",
     "ensemble_flips",
@@ -35,6 +37,9 @@ DEFAULT_TILE = 512
 
 MAX_PIXELS_UNTILED = 1024 * 1024
 """Images with more pixels than this are tiled when ``tile=None`` (bounds memory: about 1 GB at this size)."""
+
+MAX_STRENGTH = 2.0
+"""``restore(strength=...)`` runs from 0 (the input unchanged) to this (twice the rain taken away)."""
 
 
 # ------------------------------------------------------------------------------------------------ tiling
@@ -122,16 +127,18 @@ def ensemble_flips(ensemble: int) -> tuple[tuple[int, ...], ...]:
 
 @dataclass(frozen=True)
 class RestoreOptions:
-    """How :func:`restore` runs the network on an image: tiling and self-ensemble, checked once when made.
+    """How :func:`restore` runs the network: tiling, self-ensemble and strength, checked once when made.
 
-    What the commands build from ``--tile --overlap --ensemble`` and pass down to ``restore`` (and, through it, to
-    every frame of a video). A ``ValueError`` names the value that cannot work.
+    What the commands build from ``--tile --overlap --ensemble --strength`` and pass down to ``restore`` (and,
+    through it, to every frame of a video). A ``ValueError`` names the value that cannot work.
 
     Args:
         tile: tile size in pixels; ``None`` tiles only images over ``max_pixels_untiled`` (with ``DEFAULT_TILE``);
             ``0`` never tiles.
         overlap: pixels shared by neighbouring tiles: ``0 <= overlap < tile`` (``DEFAULT_TILE`` for ``None``).
         ensemble: average over this many upright flips (1, 2 or 4; ``ENSEMBLE_FLIPS``).
+        strength: how much of the rain the network finds is taken away, from 0 (none: the input) through 1 (the
+            network's output) to ``MAX_STRENGTH`` (twice as much).
 
     Example:
         >>> RestoreOptions(tile=256, overlap=32, ensemble=2).ensemble
@@ -140,11 +147,16 @@ class RestoreOptions:
         Traceback (most recent call last):
         ...
         ValueError: need tile >= 0 and 0 <= overlap < tile, got tile=64, overlap=64
+        >>> RestoreOptions(strength=2.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: strength should be between 0 and 2, got 2.5
     """
 
     tile: int | None = None
     overlap: int = 32
     ensemble: int = 1
+    strength: float = 1.0
 
     def __post_init__(self) -> None:
         tile = DEFAULT_TILE if self.tile is None else self.tile  # what restore uses on a large image
@@ -153,6 +165,8 @@ class RestoreOptions:
                 f"need tile >= 0 and 0 <= overlap < tile, got tile={self.tile}, overlap={self.overlap}"
             )
         ensemble_flips(self.ensemble)
+        if not 0 <= self.strength <= MAX_STRENGTH:  # NaN too
+            raise ValueError(f"strength should be between 0 and {MAX_STRENGTH:g}, got {self.strength!r}")
 
     def tile_for(self, pixels: int, max_pixels_untiled: int = MAX_PIXELS_UNTILED) -> int:
         """The tile size for an image of ``pixels`` (0: the whole image at once)."""
@@ -184,6 +198,7 @@ def restore(
     max_pixels_untiled: int = MAX_PIXELS_UNTILED,
     batch_size: int = 1,
     ensemble: int = 1,
+    strength: float = 1.0,
     options: RestoreOptions | None = None,
 ) -> np.ndarray:
     """Derain one image array; the result has the input's shape and dtype.
@@ -192,6 +207,11 @@ def restore(
     images too), run through ``model`` (in ``torch.inference_mode``, on the model's device), clamped, and
     scaled back with rounding. Grayscale is run as three equal channels and
     averaged back; an alpha channel is passed through unchanged; ``uint16`` keeps its 16-bit precision.
+
+    The network predicts the rain, so ``strength`` s scales what it takes away:
+    ``clamp(rainy + s · (derained − rainy), 0, 1)``, applied once to the whole derained image (each pass's output
+    clamped, the flips averaged and the tiles blended as at s = 1), in float before the rounding. s = 1 is the
+    network's output bit for bit, s = 0 the input.
 
     With tiling, the image is cut into ``tile``×``tile`` tiles that overlap by ``overlap`` pixels, each
     tile is derained on its own, and the tiles are cross-faded with a flat-topped raised-cosine window
@@ -212,14 +232,16 @@ def restore(
             back (1: none; 2: also the mirror image; 4: also upside down and both). Costs that many forward
             passes. Flips only, no 90° turns: those would make falling streaks horizontal, which the shipped
             weights never saw in training.
-        options: ``tile``, ``overlap`` and ``ensemble`` at once, as the commands pass them down
-            (:class:`RestoreOptions`); given, those three keep their defaults.
+        strength: how much of the predicted rain is taken away, 0 to ``MAX_STRENGTH`` (1: all of it, 0: none).
+        options: ``tile``, ``overlap``, ``ensemble`` and ``strength`` at once, as the commands pass them down
+            (:class:`RestoreOptions`); given, those four keep their defaults.
 
     Returns:
         The derained image, same shape and dtype as ``image``.
 
     Raises:
-        ValueError: on an unsupported shape or dtype, or ``overlap``/``tile`` values that cannot work.
+        ValueError: on an unsupported shape or dtype, or ``overlap``/``tile``/``ensemble``/``strength`` values
+            that cannot work.
     """
     scale = _full_scale(image)
     rgb, alpha, kind = _split_channels(image)
@@ -227,10 +249,10 @@ def restore(
     if h == 0 or w == 0:
         raise ValueError(f"restore got an empty image of shape {image.shape}")
     if options is None:
-        options = RestoreOptions(tile=tile, overlap=overlap, ensemble=ensemble)
-    elif (tile, overlap, ensemble) != (None, 32, 1):
+        options = RestoreOptions(tile=tile, overlap=overlap, ensemble=ensemble, strength=strength)
+    elif (tile, overlap, ensemble, strength) != (None, 32, 1, 1.0):
         raise TypeError(
-            "restore: pass tile, overlap and ensemble either in options or on their own, not both"
+            "restore: pass tile, overlap, ensemble and strength either in options or on their own, not both"
         )
     tile, overlap = options.tile_for(h * w, max_pixels_untiled), options.overlap
     if batch_size < 1:
@@ -259,12 +281,24 @@ def restore(
                 out = _restore_tiled(run, rgb, tile, overlap, batch_size)
     finally:
         model.train(was_training)
+    if options.strength != 1.0:  # 1: the derained image as it is, not recomputed
+        out = _with_strength(out, rgb, scale, options.strength)
     if kind in ("gray", "gray1"):
         out = out.mean(axis=2, keepdims=kind == "gray1")
     result = np.rint(out * scale).astype(image.dtype)
     if alpha is not None:
         result = np.concatenate([result, alpha], axis=2)
     return result
+
+
+def _with_strength(derained: np.ndarray, rgb: np.ndarray, scale: float, strength: float) -> np.ndarray:
+    """``clamp(rainy + strength · (derained − rainy), 0, 1)`` in float32, in place on ``derained`` (H, W, 3) in
+    [0, 1]; ``rainy`` is ``rgb`` scaled to [0, 1] as the network saw it."""
+    rainy = rgb.astype(np.float32) / np.float32(scale)
+    derained -= rainy
+    derained *= np.float32(strength)
+    derained += rainy
+    return np.clip(derained, 0.0, 1.0, out=derained)
 
 
 def _restore_tiled(

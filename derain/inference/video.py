@@ -178,7 +178,8 @@ def derain_video(
         model: the network (``load_model``; either backend).
         src: the input video (anything FFmpeg decodes).
         dst: the output file; its suffix picks the container (``.mp4``, ``.mov``, ``.mkv``, ``.m4v``).
-        options: tiling and ensemble, passed to ``restore`` for each frame (default ``RestoreOptions()``).
+        options: tiling, ensemble and strength, passed to ``restore`` for each frame (default
+            ``RestoreOptions()``).
         crf: x264 quality (0 lossless … 51; default 18).
         max_frames: refuse videos with more frames than this (``None``: any length).
         on_frame: called with the number of frames done after each frame (progress).
