@@ -85,6 +85,9 @@ class Recipe:
     shipped: str
     prepare: dict[str, dict[str, Any]]
     stages: tuple[Stage, ...]
+    shipped_sha256: str | None = None
+    """The shipped file's tensors sha256 when it stores the last stage's output otherwise (in float16: a smaller
+    file, widened to float32 on loading), so that its hash is not the output's; None: the file is the output."""
 
 
 def recipe_file(name: str) -> Path:
@@ -147,6 +150,7 @@ def load_recipe(name: str) -> Recipe:
         str(raw.get("shipped", "")),
         raw.get("prepare") or {},
         tuple(stages),
+        None if raw.get("shipped_sha256") is None else str(raw["shipped_sha256"]),
     )
 
 
@@ -211,7 +215,11 @@ def plan(recipe: Recipe) -> str:
         ]
     if recipe.shipped and (SOURCE / recipe.shipped).is_file():
         actual, last = tensors_sha256(SOURCE / recipe.shipped), recipe.stages[-1]
-        same = "the last stage's output" if actual == last.output.sha256 else "NOT the last stage's output"
+        same = "NOT the last stage's output"
+        if actual == last.output.sha256:
+            same = "the last stage's output"
+        elif actual == recipe.shipped_sha256:
+            same = "the recipe's shipped_sha256: the last stage's output as stored"
         lines.append(f"shipped {recipe.shipped}: sha256 {actual}, {same}")
     return "\n".join(lines)
 

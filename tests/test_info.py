@@ -44,7 +44,7 @@ def test_a_file_without_provenance_says_so(tmp_path, capsys) -> None:
 def test_the_packaged_weights_say_how_they_were_made(capsys) -> None:
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    assert "tensors sha256: 941fddb9f9be084551c00f0cfff217e1ac7550c9087bd859db2076c983f33e0a" in out
+    assert "tensors sha256: 54dd913f73a7b2cc1e300d039d8022c7558666725432e0fcebb76719308aa0d4" in out
     assert "commit: 88ee037" in out and "steps: 500 (lineage: 23462)" in out
     assert "recorded: at ship time" in out
 

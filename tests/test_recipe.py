@@ -9,13 +9,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from helpers import tiny_net
 
 from derain import recipe as recipe_module
 from derain.fit import main as fit_main
 from derain.recipe import RecipeError, load_recipe, main, run_recipe
-from derain.weights import packaged_weights, save_net, tensors_sha256
+from derain.weights import packaged_weights, read_safetensors, save_net, tensors_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = load_recipe("derain-small")
@@ -47,8 +48,26 @@ def test_each_stage_config_is_whole_and_writes_the_recorded_output() -> None:
 
 def test_the_last_stage_is_the_packaged_weights() -> None:
     assert (REPO / RECIPE.shipped).resolve() == packaged_weights().resolve()
-    assert tensors_sha256(packaged_weights()) == RECIPE.stages[-1].output.sha256
+    assert tensors_sha256(packaged_weights()) == RECIPE.shipped_sha256  # the last output, stored in float16
+    assert {t.dtype for t in read_safetensors(packaged_weights())[1].values()} == {torch.float16}
     assert sum(stage.step for stage in RECIPE.stages) == 23462
+
+
+def test_the_packaged_file_is_the_last_output_in_float16(tmp_path) -> None:
+    last = RECIPE.stages[-1]
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{last.shipped_in}:{RECIPE.shipped}"], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip("not a git checkout with the history")
+    (tmp_path / "w.safetensors").write_bytes(proc.stdout)
+    meta, state = read_safetensors(tmp_path / "w.safetensors")
+    assert tensors_sha256(state) == last.output.sha256  # float32, as trained
+    assert tensors_sha256({k: v.half() for k, v in state.items()}) == RECIPE.shipped_sha256
+    packaged = read_safetensors(packaged_weights())[
+        0
+    ]  # its metadata kept: the record, and provenance added since
+    assert {k: packaged[k] for k in meta} == meta and "provenance" in packaged
 
 
 def test_the_recorded_hashes_are_the_shipped_files_of_the_history(tmp_path) -> None:
@@ -72,7 +91,10 @@ def test_the_plan_shows_every_stage_and_trains_nothing(capsys, monkeypatch, tmp_
         assert stage.config.name in block and stage.output.path in block
         assert (stage.output.sha256 or "sha256 not recorded") in block
         assert ("from scratch" if stage.input is None else stage.input.path) in block
-    assert f"sha256 {RECIPE.stages[-1].output.sha256}, the last stage's output" in out
+    assert (
+        f"sha256 {RECIPE.shipped_sha256}, the recipe's shipped_sha256: the last stage's output as stored"
+        in out
+    )
     assert "prepare heavy-val: runs/heavy-val" in out
 
 
