@@ -28,6 +28,7 @@ from derain.train import (
     charbonnier_loss,
     load_init_weights,
 )
+from derain.train.lit import FFT_WEIGHT, charbonnier_fft_loss
 from derain.weights import read_checkpoint_net, save_net
 
 
@@ -35,6 +36,23 @@ def test_charbonnier_is_smooth_l1():
     a, b = torch.zeros(4), torch.tensor([0.0, 1.0, -2.0, 0.5])
     assert charbonnier_loss(a, b, eps=0).item() == pytest.approx(b.abs().mean().item())
     assert charbonnier_loss(a, a, eps=1e-3).item() == pytest.approx(1e-3)
+
+
+def test_the_fft_loss_adds_the_l1_of_the_spectra_difference():
+    # a constant c on 2×2 against zeros: one non-zero coefficient (DC = 4c) of 2×2 complex ones (8 real numbers)
+    c = 0.5
+    loss = charbonnier_fft_loss(torch.zeros(1, 1, 2, 2), torch.full((1, 1, 2, 2), c))
+    assert loss.item() == pytest.approx(math.sqrt(c * c + 1e-6) + FFT_WEIGHT * 4 * c / 8)
+    same = torch.rand(2, 3, 8, 8)
+    assert charbonnier_fft_loss(same, same).item() == pytest.approx(1e-3)
+
+
+def test_the_fft_loss_option_trains(tmp_path):
+    module = DerainLitModule(tiny_net(), loss="charbonnier+fft", warmup_steps=1)
+    before = [p.detach().clone() for p in module.net.parameters()]
+    fit_tiny(module, tmp_path, [], steps=2)
+    assert module.loss_fn is charbonnier_fft_loss
+    assert any(not torch.equal(a, b) for a, b in zip(before, module.net.parameters(), strict=True))
 
 
 def test_nan_loss_message_names_the_step():

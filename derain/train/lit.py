@@ -20,7 +20,7 @@ from .schedule import WarmupCosine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DerainLitModule", "charbonnier_loss", "NonFiniteLossError"]
+__all__ = ["DerainLitModule", "charbonnier_loss", "charbonnier_fft_loss", "NonFiniteLossError"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -30,6 +30,23 @@ class NonFiniteLossError(FloatingPointError):
 def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3) -> Tensor:
     """Charbonnier loss ``mean(sqrt((pred - target)² + eps²))``, a smooth L1."""
     return torch.sqrt((pred - target).square() + eps * eps).mean()
+
+
+FFT_WEIGHT = 0.05
+
+
+def charbonnier_fft_loss(pred: Tensor, target: Tensor) -> Tensor:
+    """Charbonnier plus ``FFT_WEIGHT`` × the L1 of the difference of the 2-D real FFTs (``torch.fft.rfft2``,
+    unnormalised; real and imaginary parts), a frequency loss as in MIMO-UNet; the FFT in float32."""
+    diff = torch.fft.rfft2(pred.float()) - torch.fft.rfft2(target.float())
+    return charbonnier_loss(pred, target) + FFT_WEIGHT * torch.view_as_real(diff).abs().mean()
+
+
+LOSSES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "charbonnier": charbonnier_loss,
+    "l1": nn.functional.l1_loss,
+    "charbonnier+fft": charbonnier_fft_loss,
+}
 
 
 class DerainLitModule(L.LightningModule):
@@ -45,7 +62,7 @@ class DerainLitModule(L.LightningModule):
 
     Args:
         net: maps a rainy batch (B, 3, H, W) in [0, 1] to the derained batch (unclamped).
-        loss: ``"charbonnier"`` (default) or ``"l1"``.
+        loss: ``"charbonnier"`` (default), ``"l1"`` or ``"charbonnier+fft"`` (:func:`charbonnier_fft_loss`).
         lr: peak learning rate of AdamW.
         weight_decay: AdamW weight decay (conv kernels only).
         warmup_steps: linear warm-up steps from ``lr * 0.01``.
@@ -63,7 +80,7 @@ class DerainLitModule(L.LightningModule):
         self,
         net: nn.Module,
         *,
-        loss: Literal["charbonnier", "l1"] = "charbonnier",
+        loss: Literal["charbonnier", "l1", "charbonnier+fft"] = "charbonnier",
         lr: float = 3e-4,
         weight_decay: float = 1e-4,
         warmup_steps: int = 200,
@@ -77,7 +94,7 @@ class DerainLitModule(L.LightningModule):
         self.save_hyperparameters(ignore=["net"])
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net = net.to(memory_format=self.memory_format)
-        self.loss_fn = charbonnier_loss if loss == "charbonnier" else nn.functional.l1_loss
+        self.loss_fn = LOSSES[loss]
         self.metrics = nn.ModuleDict({s: DerainMetrics() for s in ("val", "test", "test_input")})
         self.set_metrics = nn.ModuleDict()  # per validation data set (items' "set"), added as sets appear
         self.set_keys: dict[str, str] = {}  # set names to keys there (a name like "a.b" is not a key)

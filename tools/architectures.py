@@ -1,0 +1,497 @@
+"""Which network learns light rain best for the same data and steps? Arms of DerainNet trained from scratch, one table.
+
+    DERAIN_DATA=../shared/data python tools/architectures.py runs/architectures                    # every arm
+    python tools/architectures.py runs/arch --data ../shared/data --arms base stride1-d16 fullres --jobs 3
+    python tools/architectures.py runs/arch-quick --quick                  # smoke test: 2 arms, 3 steps, 32 px
+
+Every arm (``ARMS``: DerainNet ``init_args`` and a loss) trains from scratch through ``python -m derain.fit`` with
+one budget: ``--steps`` of ``--batch`` × ``--patch``², seed 0, lr 8e-4 after 100 warm-up steps, ``--precision``,
+``trainer.accelerator: auto`` (a GPU where there is one). The data are the recipe's light rain: RainTrainL's
+training split (``$DERAIN_DATA/raintrainl``; its seeded 20 % hold-out, 40 pairs, data seed 0, stays out) as pairs,
+and its training rain layers transplanted onto the BSDS500 photos (``clean/bsds500-leakfree``; photos showing a
+held-out background leave the pool, by content, in the data module). Each arm validates and keeps a checkpoint
+at every quarter of the budget.
+
+Scores: RainTrainL's held-out 40 and Rain200L's 3 pairs (``rain200l-samples``), full images, per pair (MATLAB-Y
+PSNR of 8-bit outputs, ``derain.evaluate``), and paired differences arm − first arm with a 95 % bootstrap interval
+(over the 40). Costs: parameters; inference yardsticks (one forward of a 321×481 photo on the CPU, 2 threads,
+divided by the yardstick: 10 convs 48→48 3×3 on a 321×481 map, timed beside it); step yardsticks (a training
+forward + backward of 8×3×128² on the CPU, 2 threads); seconds a step of the arm's own run (from its quarter
+checkpoints' times: steps between the first and the last quarter, with their validations; with ``--jobs`` the
+arms share the machine). **Equal CPU time**: each arm's RainTrainL-40 score at the last quarter checkpoint whose
+CPU cost (steps × step yardsticks) does not exceed the first arm's full budget (the step used is shown).
+
+An arm's folder ``OUT/ARM`` holds its config, its Lightning run, ``scores.json`` and ``costs.json``; a finished arm
+is not trained again, an interrupted one resumes from its last quarter. Prints the table (also ``OUT/table.md``)
+and one ``RESULT {...}`` JSON line; ``OUT/summary.json`` has the same (written atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from research import add_data_argument, held_out, load_weights, paired_difference
+
+from derain.evaluate import evaluate
+from derain.io import atomic_output, list_images
+from derain.models import DerainNet
+from derain.pairing import find_pairs
+from derain.train.lit import LOSSES
+from derain.weights import export_checkpoint
+
+LIGHT, RAIN200L, PHOTOS = "raintrainl", "rain200l-samples", "clean/bsds500-leakfree"
+SIZE = (321, 481)  # a Rain100H/BSDS photo (H×W)
+STEP_SHAPE = (8, 3, 128, 128)  # the step yardstick's batch
+THREADS = 2
+BLOCKS_2444 = {
+    "blocks": (2, 4, 4, 4),
+    "mixers": (("agent", "agent"),) + (("tksa", "agent", "tksa", "agent"),) * 3,
+}
+ARMS: dict[str, dict[str, Any]] = {
+    "base": {},  # today's DerainNet(): embed_stride 2, dim 24
+    "stride1-d16": {"net": {"embed_stride": 1, "dim": 16}},
+    "stride1-d24": {"net": {"embed_stride": 1}},
+    "fullres": {"net": {"full_res_mixers": ("tksa",), "full_res_dim": 16}},
+    "fullres2": {"net": {"full_res_mixers": ("tksa", "agent"), "full_res_dim": 16}},
+    "d32": {"net": {"dim": 32}},
+    "d48": {"net": {"dim": 48}},
+    "blocks2444": {"net": BLOCKS_2444},
+    "loss-edge": {
+        "loss": "charbonnier+fft"
+    },  # today's network, Charbonnier + 0.05 × L1 of the FFT difference
+}
+QUICK_ARMS = ("base", "loss-edge")
+
+
+def net_args(arm: str) -> dict[str, Any]:
+    return dict(ARMS[arm].get("net", {}))
+
+
+def jsonable(value: Any) -> Any:
+    """Tuples as lists, so the config is plain YAML."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def quarter(steps: int) -> int:
+    """Steps between the saved checkpoints: a quarter of the budget (1 under 4 steps)."""
+    return max(1, steps // 4)
+
+
+def arm_config(arm: str, data: Path, run: Path, args: argparse.Namespace) -> dict:
+    """The LightningCLI config of one arm (see the module docstring)."""
+    light = str(data / LIGHT)
+    every = quarter(args.steps)
+    return {
+        "seed_everything": 0,
+        "trainer": {
+            "default_root_dir": str(run),
+            "accelerator": "auto",
+            "devices": 1,
+            "max_steps": args.steps,
+            "val_check_interval": every,
+            "check_val_every_n_epoch": None,
+            "log_every_n_steps": min(50, every),
+            "gradient_clip_val": 0.5,
+            "precision": args.precision,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+        },
+        "model": {
+            "net": {"class_path": "derain.models.DerainNet", "init_args": jsonable(net_args(arm))},
+            "loss": ARMS[arm].get("loss", "charbonnier"),
+            "lr": 0.0008,
+            "warmup_steps": 100,
+        },
+        "data": {
+            "pairs": {
+                "train_dirs": [light],
+                "val_from": [light],
+                "val_fraction": 0.2,
+                "val_dirs": [str(data / RAIN200L)],
+            },
+            "synthesis": {
+                "clean_dirs": [str(data / PHOTOS)],
+                "length": 1000,
+                "transplant_prob": 1.0,
+                "transplant_from": [light],
+            },
+            "patch_size": args.patch,
+            "batch_size": args.batch,
+            "num_workers": args.workers,
+            "seed": 0,  # the recipe's hold-out
+        },
+        "checkpoint": {"save_top_k": -1},  # every quarter's checkpoint stays (best-STEP.ckpt)
+        "export_from": "last",
+        "test": False,
+    }
+
+
+def train(arm: str, data: Path, out: Path, args: argparse.Namespace) -> Path:
+    """Train one arm (resuming an interrupted run); returns its exported weights."""
+    run = out / arm
+    weights, config = run / "model.safetensors", run / "config.yaml"
+    text = yaml.safe_dump(arm_config(arm, data, run, args), sort_keys=False)
+    if config.is_file() and config.read_text() != text:
+        raise SystemExit(
+            f"error: {config} holds another budget or data than this run asks for; use another OUT"
+        )
+    if weights.is_file():
+        return weights
+    run.mkdir(parents=True, exist_ok=True)
+    with atomic_output(config) as tmp:
+        tmp.write_text(text)
+    command = [sys.executable, "-m", "derain.fit", "--config", str(config)]
+    print(f"[{arm}] training: {' '.join(command)}", flush=True)
+    with open(run / "fit.log", "a") as log:
+        status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if status != 0 or not weights.is_file():
+        raise SystemExit(f"error: arm {arm} failed (exit {status}); see {run / 'fit.log'}")
+    return weights
+
+
+def checkpoints(run: Path) -> dict[int, Path]:
+    """The quarter checkpoints of a run, by step."""
+    found = {}
+    for path in (run / "checkpoints").glob("best-*.ckpt"):
+        step = path.stem.removeprefix("best-")
+        if step.isdigit():
+            found[int(step)] = path
+    return found
+
+
+def seconds_a_step(run: Path) -> float | None:
+    """Seconds a step between the first and the last quarter checkpoint (their files' times)."""
+    saved = checkpoints(run)
+    if len(saved) < 2:
+        return None
+    first, last = min(saved), max(saved)
+    return (saved[last].stat().st_mtime - saved[first].stat().st_mtime) / (last - first)
+
+
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def score_weights(weights: Path, data: Path) -> list[dict]:
+    """Per-pair PSNR-Y/SSIM-Y of weights on RainTrainL's held-out pairs and Rain200L's."""
+    (model,) = load_weights([str(weights)])
+    model = model.to(device())
+    rows = []
+    for name, names in ((LIGHT, {r.name for r, _ in held_out(data / LIGHT)}), (RAIN200L, None)):
+        folder = data / name
+        with torch.inference_mode():
+            found, _, problems = evaluate(folder / "rain", folder / "norain", model=model, names=names)
+        if problems:
+            raise SystemExit(f"error: {folder}: {'; '.join(problems)}")
+        rows += [
+            {"set": name, "pair": r["name"], "psnr_y": r["psnr_y"], "ssim_y": r["ssim_y"]} for r in found
+        ]
+    return rows
+
+
+def cached(path: Path, compute) -> Any:
+    if path.is_file():
+        return json.loads(path.read_text())
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(value, indent=1))
+    return value
+
+
+def run_arm(arm: str, data: Path, out: Path, args: argparse.Namespace) -> dict:
+    """Train and score one arm: its per-pair scores, its quarter steps and its seconds a step."""
+    weights = train(arm, data, out, args)
+    rows = cached(weights.parent / "scores.json", lambda: score_weights(weights, data))
+    print(f"[{arm}] scored {len(rows)} pairs", flush=True)
+    return {
+        "rows": rows,
+        "steps": sorted(checkpoints(weights.parent)),
+        "s_per_step": seconds_a_step(weights.parent),
+    }
+
+
+def score_at(arm: str, step: int, data: Path, out: Path) -> list[dict]:
+    """Per-pair scores of an arm's quarter checkpoint (exported beside it once; cached)."""
+    run = out / arm
+    weights = run / f"step-{step}.safetensors"
+    if not weights.is_file():
+        with atomic_output(weights) as tmp:
+            export_checkpoint(checkpoints(run)[step], tmp)
+    return cached(run / f"scores-step-{step}.json", lambda: score_weights(weights, data))
+
+
+# costs, measured in this process on the CPU
+
+
+def median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def yardstick(repeats: int) -> float:
+    """Seconds of 10 convolutions 48→48 3×3 on a 321×481 map, forward (``benchmarks/common.py``'s unit)."""
+    conv, x = torch.nn.Conv2d(48, 48, 3, padding=1), torch.rand(1, 48, *SIZE)
+
+    def ten():
+        with torch.inference_mode():
+            for _ in range(10):
+                conv(x)
+
+    return median_seconds(ten, repeats)
+
+
+def costs(arm: str, repeats: int) -> dict:
+    """Parameters, inference and training-step yardsticks of an arm (CPU, ``THREADS`` threads)."""
+    torch.manual_seed(0)
+    net = DerainNet(**net_args(arm)).to(memory_format=torch.channels_last)
+    loss_fn = LOSSES[ARMS[arm].get("loss", "charbonnier")]
+    photo = torch.rand(1, 3, *SIZE).contiguous(memory_format=torch.channels_last)
+    rain, clean = (
+        torch.rand(*STEP_SHAPE).contiguous(memory_format=torch.channels_last),
+        torch.rand(*STEP_SHAPE),
+    )
+
+    def infer():
+        with torch.inference_mode():
+            net.eval()(photo)
+
+    def step():
+        net.train()
+        net.zero_grad(set_to_none=True)
+        loss_fn(net(rain), clean).backward()
+
+    unit = yardstick(repeats)
+    infer_s, step_s = median_seconds(infer, repeats), median_seconds(step, repeats)
+    unit = (unit + yardstick(repeats)) / 2  # timed before and after: a shared machine's load cancels
+    return {
+        "params": sum(p.numel() for p in net.parameters()),
+        "infer_yd": infer_s / unit,
+        "step_yd": step_s / unit,
+        "yardstick_s": unit,
+    }
+
+
+def measure_costs(arms: list[str], out: Path, repeats: int) -> dict[str, dict]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        return {arm: cached(out / arm / "costs.json", lambda arm=arm: costs(arm, repeats)) for arm in arms}
+    finally:
+        torch.set_num_threads(threads)
+
+
+# the table
+
+
+def mean(rows: list[dict], name: str) -> float:
+    return float(np.mean([r["psnr_y"] for r in rows if r["set"] == name]))
+
+
+def paired(rows: list[dict], base: list[dict], name: str) -> dict:
+    kept = [(r, b) for r, b in zip(rows, base, strict=True) if r["set"] == name]
+    if any(r["pair"] != b["pair"] for r, b in kept):
+        raise SystemExit("error: the arms' scores list different pairs; delete OUT/*/scores*.json and rerun")
+    return paired_difference([r["psnr_y"] for r, _ in kept], [b["psnr_y"] for _, b in kept]) | {
+        "n": len(kept)
+    }
+
+
+def equal_cpu_step(steps: list[int], arm_yd: float, base_budget_yd: float) -> int | None:
+    """The last saved step whose CPU cost (steps × step yardsticks) does not exceed the first arm's budget."""
+    fitting = [s for s in steps if s * arm_yd <= base_budget_yd * (1 + 1e-9)]
+    return max(fitting) if fitting else None
+
+
+def summarise(results: dict[str, dict], cost: dict[str, dict], data: Path, out: Path, budget: int) -> dict:
+    first = next(iter(results))
+    base_rows = results[first]["rows"]
+    summary = {}
+    for arm, result in results.items():
+        rows = result["rows"]
+        entry: dict[str, Any] = {
+            "raintrainl40": mean(rows, LIGHT),
+            "rain200l3": mean(rows, RAIN200L),
+            "s_per_step": result["s_per_step"],
+            "saved_steps": result["steps"],
+        }
+        if arm != first:
+            entry["d40"] = paired(rows, base_rows, LIGHT)
+            entry["d3"] = paired(rows, base_rows, RAIN200L)
+        if arm in cost:
+            entry |= cost[arm]
+            if first in cost:
+                step = equal_cpu_step(result["steps"], cost[arm]["step_yd"], budget * cost[first]["step_yd"])
+                entry["equal_cpu_step"] = step
+                if step is not None:
+                    at = rows if step == budget else score_at(arm, step, data, out)
+                    entry["equal_cpu_raintrainl40"] = mean(at, LIGHT)
+        summary[arm] = entry
+    return summary
+
+
+def interval(d: dict | None) -> str:
+    if d is None:
+        return "—"
+    return f"{d['mean']:+.2f} [{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}]"
+
+
+def table(summary: dict, budget: int) -> str:
+    first = next(iter(summary))
+    lines = [
+        f"Arms trained {budget} steps from scratch on RainTrainL's training split; Δ = arm − {first} "
+        "(paired, 95 % bootstrap interval); PSNR-Y in dB; yd = yardsticks (CPU, 2 threads).",
+        "",
+        "| arm | params | infer yd | step yd | s/step (run) | RainTrainL-40 | Δ40 | Rain200L-3 | Δ3 "
+        "| equal CPU time: RainTrainL-40 | at step |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|",
+    ]
+
+    def num(value, fmt):
+        return "—" if value is None else format(value, fmt)
+
+    for arm, s in summary.items():
+        lines.append(
+            f"| {arm} | {num(s.get('params'), ',')} | {num(s.get('infer_yd'), '.2f')} | "
+            f"{num(s.get('step_yd'), '.2f')} | {num(s['s_per_step'], '.3f')} | {s['raintrainl40']:.2f} | "
+            f"{interval(s.get('d40'))} | {s['rain200l3']:.2f} | {interval(s.get('d3'))} | "
+            f"{num(s.get('equal_cpu_raintrainl40'), '.2f')} | {num(s.get('equal_cpu_step'), 'd')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# the command line
+
+
+def quick_data(data: Path, out: Path) -> Path:
+    """``OUT/quick-data``: links to 10 RainTrainL pairs, 1 Rain200L pair and 12 BSDS photos (made once)."""
+    folder = out / "quick-data"
+    if folder.is_dir():
+        return folder
+    tmp = out / ".quick-data.partial"
+    for name, count in ((LIGHT, 10), (RAIN200L, 1)):
+        for rain, clean in find_pairs(data / name)[:count]:
+            for path, kind in ((rain, "rain"), (clean, "norain")):
+                link = tmp / name / kind / path.name
+                link.parent.mkdir(parents=True, exist_ok=True)
+                if not link.exists():
+                    link.symlink_to(path.resolve())
+    for photo in list_images(data / PHOTOS, recursive=True)[:12]:
+        link = tmp / PHOTOS / photo.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(photo.resolve())
+    tmp.rename(folder)
+    return folder
+
+
+def default_precision() -> str:
+    return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path, help="folder for the arms' runs and the summary")
+    add_data_argument(parser, required=False)
+    parser.add_argument(
+        "--arms", nargs="+", default=None, help=f"arms, the first the reference: {list(ARMS)}"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="training steps (a multiple of 4; default 800)"
+    )
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--patch", type=int, default=None, help="training patch side (default 128)")
+    parser.add_argument(
+        "--precision",
+        default=None,
+        help="the trainer's precision (default bf16-mixed on a GPU with bf16, else 32)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="data loader workers of each arm's run")
+    parser.add_argument("--jobs", type=int, default=1, help="arms trained at once (subprocesses)")
+    parser.add_argument("--no-costs", action="store_true", help="skip the CPU cost measurements")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"smoke test: arms {list(QUICK_ARMS)}, 3 steps, 32 px, 10 pairs"
+    )
+    args = parser.parse_args(argv)
+    args.arms = args.arms or list(QUICK_ARMS if args.quick else ARMS)
+    args.steps = args.steps or (3 if args.quick else 800)
+    args.patch = args.patch or (32 if args.quick else 128)
+    args.precision = args.precision or default_precision()
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        parser.error(f"unknown arm(s) {unknown}: expected some of {list(ARMS)}")
+    if len(set(args.arms)) != len(args.arms):
+        parser.error(f"an arm is named twice: {args.arms}")
+    if args.steps < 1 or (args.steps >= 4 and args.steps % 4) or args.batch < 1 or args.patch < 32:
+        parser.error(
+            f"--steps must be under 4 or a multiple of 4, --batch >= 1 and --patch >= 32; got {args.steps}, "
+            f"{args.batch}, {args.patch}"
+        )
+    if args.jobs < 1 or args.workers < 0:
+        parser.error(f"--jobs must be >= 1 and --workers >= 0, got {args.jobs}, {args.workers}")
+    if args.data is None:
+        parser.error(
+            "set --data or $DERAIN_DATA to the folder that holds the data sets (e.g. ../shared/data)"
+        )
+    for name in (LIGHT, RAIN200L, PHOTOS):
+        if not (args.data / name).is_dir():
+            parser.error(f"{args.data / name} is missing (--data {args.data}): the arms need {name}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = quick_data(args.data, args.out) if args.quick else args.data
+    lock = threading.Lock()
+    results: dict[str, dict] = {}
+
+    def one(arm: str) -> None:
+        result = run_arm(arm, data, args.out, args)
+        with lock:
+            results[arm] = result
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(one, arm) for arm in args.arms]
+        # the costs are timed meanwhile, each beside the yardstick, on the CPU
+        cost = {} if args.no_costs else measure_costs(args.arms, args.out, 1 if args.quick else 3)
+        for future in futures:
+            future.result()
+    ordered = {arm: results[arm] for arm in args.arms}
+    summary = summarise(ordered, cost, data, args.out, args.steps)
+    text = table(summary, args.steps)
+    print(text)
+    with atomic_output(args.out / "table.md") as tmp:
+        tmp.write_text(text)
+    result = {k: getattr(args, k) for k in ("steps", "batch", "patch", "precision", "jobs", "quick")}
+    result |= {"device": device(), "arms": summary}
+    with atomic_output(args.out / "summary.json") as tmp:
+        tmp.write_text(json.dumps(result, indent=1))
+    print("RESULT " + json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
