@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One leg of derain-base on a lent GPU machine, beside the equal-data architecture benchmark (issue 43).
+#
+# Run from the repository root on the GPU machine, after the data was packed here (tools/pack_data.py) and sent:
+# /tmp/packed holds the packed folders, /tmp/data/rain-streaks-garg06 the streak layers as they are, /tmp/site
+# the wheels the machine lacks. Writes what comes back under $OUT: the leg's exported weights, its log and
+# metrics, the benchmark's results. Every step's time is printed, so a short lease shows where it went.
+#
+#   OUT=/tmp/out bash tools/gpu_leg.sh                                  # the leg + the arms, ~9.5 minutes
+#   LEG_OVERLAY=/tmp/cpu.yaml ARMS_ARGS=--quick bash tools/gpu_leg.sh   # a smoke test on a CPU
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 NO_ALBUMENTATIONS_UPDATE=1 GRADIO_ANALYTICS_ENABLED=False OMP_NUM_THREADS=2
+export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" DERAIN_DATA=${DERAIN_DATA:-/tmp/data}
+OUT=${OUT:-/tmp/out}
+PY=${PY:-python3}
+LEG_BUDGET=${LEG_BUDGET:-400}  # seconds of training (TimeBudget); max_time, a guard, 90 s more from fit's start
+ARMS_DEADLINE=${ARMS_DEADLINE:-500}  # seconds after the start: arms still training then are stopped
+mkdir -p "$OUT"
+start=$(date +%s)
+stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
+
+stamp "unpack"
+[ -d /tmp/packed ] && $PY tools/pack_data.py unpack /tmp/packed "$DERAIN_DATA"
+stamp "heavy-val"
+$PY tools/heavy_val.py runs/heavy-val | tail -1
+stamp "grow"
+$PY -m derain grow derain-small runs/derain-base/grown.safetensors --blocks 2,4,4,4 --full-res tksa \
+    --full-res-dim 16 --seed 0 || exit 1
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader 2>/dev/null
+
+stamp "arms start"
+timeout $((ARMS_DEADLINE - ($(date +%s) - start))) $PY tools/architectures.py /tmp/arms --jobs 3 --workers 2 \
+    ${ARMS_ARGS:-} >"$OUT/arms.log" 2>&1 &
+arms=$!
+
+stamp "leg start"
+guard=$((LEG_BUDGET + 90))
+$PY -m derain.fit --config configs/derain-base/leg1-gpu.yaml ${LEG_OVERLAY:+--config "$LEG_OVERLAY"} \
+    --trainer.callbacks.budget "$LEG_BUDGET" \
+    --trainer.max_time "$(printf '00:00:%02d:%02d' $((guard / 60)) $((guard % 60)))" >"$OUT/leg1.log" 2>&1
+stamp "leg done: $?"
+grep -E "TimeBudget|Exported|Error|error" "$OUT/leg1.log" | tail -5
+wait $arms
+stamp "arms done: $?"
+tail -25 "$OUT/arms.log"
+
+cp runs/derain-base/leg1/model.safetensors "$OUT/leg1.safetensors" 2>/dev/null
+tar czf "$OUT/results.tgz" runs/derain-base/leg1/lightning_logs \
+    $(cd / && ls -d /tmp/arms/*.md /tmp/arms/*.json /tmp/arms/*/*.json /tmp/arms/*/fit.log /tmp/arms/*/config.yaml \
+        2>/dev/null) 2>/dev/null
+stamp "collected: $(ls "$OUT" | tr '\n' ' ')"
