@@ -17,18 +17,14 @@ from safetensors import safe_open
 from training_helpers import QUIET, make_folder
 
 from derain.cli import main as derain_main
-from derain.fit import (
-    ConfigNotFoundError,
-    Start,
-    cpu_bf16_is_native,
-    export_source,
-    how_to_start,
-    resolve_config_args,
-)
 from derain.fit import main as fit_main
+from derain.fit_cli import Start, how_to_start
+from derain.fit_configs import ConfigNotFoundError, resolve_config_args
 from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.train.export import export_source
+from derain.train.precision import cpu_bf16_is_native
 from derain.weights import WeightsError, load_net
 from derain.weights.provenance import read_provenance
 
