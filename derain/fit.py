@@ -3,15 +3,16 @@
 A config name that is not a file here is looked up among the configs that ship with derain (``configs/`` of
 the source tree, ``derain/configs`` once installed), from any working directory. Every option is configuration
 (LightningCLI): ``--trainer.max_steps 1000``, ``--data.pairs.root datasets/Rain100H``,
-``--model.net.init_args.dim 32``; ``--print_config`` shows them all. ``--init_weights FILE`` starts from a weights
-file. Re-running the same command after an interruption resumes from ``<run>/checkpoints/last.ckpt``
+``--model.net.init_args.dim 32``; ``--print_config`` shows them all. ``--trainer.precision auto`` trains in bf16 where
+the machine computes it in hardware, else in float32 (``derain.train.precision``). ``--init_weights FILE`` starts
+from a weights file. Re-running the same command after an interruption resumes from ``<run>/checkpoints/last.ckpt``
 (``--resume never`` starts afresh). At the end the best checkpoint (by ``val/psnr_y``) is tested on the test split
 when the data has one (``--data.pairs.root`` with ``test/``, or ``--data.pairs.test_dirs``; ``--test false`` skips
 it), the table printed, and the checkpoint exported to ``<run>/model.safetensors``.
 
 The command line's configs and moved options are ``derain.fit_configs``'s, the LightningCLI ``derain.fit_cli``'s,
-the bf16 warning ``derain.train.precision``'s and the export's provenance ``derain.train.export``'s; this module
-runs them in order.
+the precision (``auto``, the emulated-bf16 warning) ``derain.train.precision``'s and the export's provenance
+``derain.train.export``'s; this module runs them in order.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from derain.fit_configs import ConfigNotFoundError, MovedOptionError, check_move
 from derain.pairing import DataError
 from derain.train import DerainLitModule, NonFiniteLossError, load_init_weights
 from derain.train.export import export_provenance, export_source
-from derain.train.precision import warn_slow_bf16
+from derain.train.precision import DerainTrainer
 from derain.weights import WeightsError, export_checkpoint
 
 __all__ = ["format_test_table", "main", "run"]
@@ -90,6 +91,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     cli = DerainCLI(
         DerainLitModule,
         DerainDataModule,
+        trainer_class=DerainTrainer,
         run=False,
         args=args,
         parser_kwargs={"prog": prog},
@@ -97,7 +99,6 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
         seed_everything_default=0,
     )
     trainer = cli.trainer
-    warn_slow_bf16(trainer)
     callback = _checkpoint_callback(trainer)
     run_dir = Path(trainer.default_root_dir)
     last = cli.last

@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from derain.train import LastCheckpoint, SampleImages, last_checkpoint
+from derain.train.precision import settle_precision
 
 __all__ = ["DerainCLI", "Start", "how_to_start"]
 
@@ -46,7 +47,8 @@ def how_to_start(resume: str, init_weights: str | None, last: Path) -> Start:
 
 
 class DerainCLI(LightningCLI):
-    """LightningCLI with a best checkpoint callback, ``last.ckpt`` beside it, automatic resume and export.
+    """LightningCLI with a best checkpoint callback, ``last.ckpt`` beside it, automatic resume, ``precision: auto``
+    and export.
 
     The command line it parses is the ``args`` it is given (``run`` reads ``sys.argv`` once, and never writes it).
     """
@@ -111,8 +113,12 @@ class DerainCLI(LightningCLI):
         self.config = parser.parse_args(args)
 
     def before_instantiate_classes(self) -> None:
-        """Decide how the run begins (:func:`how_to_start`), once; a resumed run does not read ``init_weights``."""
+        """Decide how the run begins (:func:`how_to_start`), once, and the precision (``auto`` settled here, so that
+        the saved config and the exported weights' provenance name the one that ran); a resumed run does not read
+        ``init_weights``."""
         config = self.config
+        if config.trainer.precision == "auto":
+            config.trainer.precision = settle_precision("auto", config.trainer.accelerator)
         self.last = last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
         init_weights = config.get("init_weights")
         self.start = how_to_start(config.get("resume", "auto"), init_weights, self.last)
