@@ -34,6 +34,7 @@ from derain.models import DerainNet
 from derain.synth import BatchRain, LayerAugment, add_rain, builtin_clean_images, rain_residual
 from derain.train import charbonnier_loss
 from derain.train.callbacks import compile_forward
+from derain.train.precision import auto_precision
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 AUGMENT_RECIPE = CONFIGS / "derain-small" / "stage2-augment.yaml"
@@ -227,6 +228,7 @@ def main() -> None:
     unit = yardstick()
     t_cl, mem_cl = step_times(args.batch, args.patch, args.steps, channels_last=True)
     prec = precision_step_times(args.batch, args.patch, args.steps)
+    auto, why = auto_precision("cpu")  # what --trainer.precision auto trains these CPU steps in
     widths = {d: precision_step_times(args.batch, args.patch, args.steps, dim=d) for d in args.dims}
     batches = max(5, args.steps // 2)
     t_load = loader_time(args.batch, args.patch, batches)
@@ -252,6 +254,7 @@ def main() -> None:
         "bf16_step_yardsticks": prec["bf16_s"] / unit,
         "bf16_speedup": prec["fp32_s"] / prec["bf16_s"],
         "bf16_first_step_max_abs_diff": prec["first_step_max_abs_diff"],
+        "auto_precision": auto,
         "widths": {
             d: {"fp32_step_yardsticks": w["fp32_s"] / unit, "bf16_step_yardsticks": w["bf16_s"] / unit}
             for d, w in widths.items()
@@ -267,6 +270,7 @@ def main() -> None:
             f"{prec['fp32_s'] * 1e3:.0f} vs {prec['bf16_s'] * 1e3:.0f} ms = {precision_cell(prec, unit)}; first "
             f"outputs differ by {prec['first_step_max_abs_diff']:.1e}",
         ),
+        ("what --trainer.precision auto trains in on this CPU", f"{auto}: {why}"),
         ("yardstick (10 convs 48->48 3x3 on 321x481, forward)", f"{unit * 1e3:.0f} ms"),
         (
             "one batch of synthetic rain + transplant (1 process)",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 
 from derain import __version__
@@ -54,8 +56,26 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().parse_args(argv)  # argparse answers and exits
         return 2
     name, rest = argv[0], argv[1:]
-    module = importlib.import_module(f"derain.{MODULES.get(name, name)}")
-    return module.main(rest, prog=f"derain {name}")
+    try:
+        status = importlib.import_module(f"derain.{MODULES.get(name, name)}").main(rest, prog=f"derain {name}")
+        sys.stdout.flush()  # here, not at exit, where a closed pipe is a traceback nothing can catch
+    except BrokenPipeError:
+        if not _reader_gone(sys.stdout):
+            raise  # another pipe broke: that is an error
+        # derain info | head -1: the reader has what it wanted; stop quietly, as a Unix tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # what a shell reports for a command stopped by SIGPIPE
+    return status
+
+
+def _reader_gone(stream) -> bool:
+    """Whether nothing reads ``stream`` any more (a pipe whose reader closed); True where that cannot be asked."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or not a file
+        return True
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 if __name__ == "__main__":

@@ -3,294 +3,40 @@
 A config name that is not a file here is looked up among the configs that ship with derain (``configs/`` of
 the source tree, ``derain/configs`` once installed), from any working directory. Every option is configuration
 (LightningCLI): ``--trainer.max_steps 1000``, ``--data.pairs.root datasets/Rain100H``,
-``--model.net.init_args.dim 32``; ``--print_config`` shows them all. ``--init_weights FILE`` starts from a weights
-file. Re-running the same command after an interruption resumes from ``<run>/checkpoints/last.ckpt``
+``--model.net.init_args.dim 32``; ``--print_config`` shows them all. ``--trainer.precision auto`` trains in bf16 where
+the machine computes it in hardware, else in float32 (``derain.train.precision``). ``--init_weights FILE`` starts
+from a weights file. Re-running the same command after an interruption resumes from ``<run>/checkpoints/last.ckpt``
 (``--resume never`` starts afresh). At the end the best checkpoint (by ``val/psnr_y``) is tested on the test split
 when the data has one (``--data.pairs.root`` with ``test/``, or ``--data.pairs.test_dirs``; ``--test false`` skips
 it), the table printed, and the checkpoint exported to ``<run>/model.safetensors``.
+
+The command line's configs and moved options are ``derain.fit_configs``'s, the LightningCLI ``derain.fit_cli``'s,
+the precision (``auto``, the emulated-bf16 warning) ``derain.train.precision``'s and the export's provenance
+``derain.train.export``'s; this module runs them in order.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
-from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, WeightAveraging
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from derain.data.module import DerainDataModule
+from derain.fit_cli import DerainCLI
+from derain.fit_configs import ConfigNotFoundError, MovedOptionError, check_moved_options, resolve_config_args
 from derain.pairing import DataError
-from derain.resources import shipped_folder
-from derain.train import (
-    DerainLitModule,
-    LastCheckpoint,
-    NonFiniteLossError,
-    SampleImages,
-    last_checkpoint,
-    load_init_weights,
-)
-from derain.weights import WeightsError, WeightsNotFoundError, export_checkpoint
-from derain.weights.provenance import provenance, provenance_metadata
+from derain.train import DerainLitModule, NonFiniteLossError, load_init_weights
+from derain.train.export import export_provenance, export_source
+from derain.train.precision import DerainTrainer
+from derain.weights import WeightsError, export_checkpoint
 
-__all__ = [
-    "ConfigNotFoundError",
-    "DerainCLI",
-    "MOVED",
-    "MovedOptionError",
-    "Start",
-    "bundled_config_dir",
-    "main",
-    "resolve_config_args",
-    "how_to_start",
-    "check_moved_options",
-]
+__all__ = ["format_test_table", "main", "run"]
 
 PROG = "python -m derain.fit"
-
-
-class ConfigNotFoundError(FileNotFoundError):
-    """A ``--config`` file that is neither a path from the working directory nor a bundled config."""
-
-
-def bundled_config_dir() -> Path:
-    """The configs that ship with derain: ``derain/configs`` in an installed wheel, else ``configs/`` beside the
-    package (a source checkout, installed editable or not)."""
-    return shipped_folder("configs", "configs")
-
-
-def resolve_config_args(args: list[str], configs: Path | None = None) -> list[str]:
-    """``args`` with each ``--config NAME`` (``--config=NAME``, ``-c NAME``) that is not a file from the working
-    directory pointed at the bundled config of that name.
-
-    ``NAME`` may have sub-folders (``derain-small/stage1.yaml``) and may start with ``configs/`` (the README's
-    ``configs/rain100h.yaml`` from another folder). An existing path wins; a value that is not a file name
-    (jsonargparse also takes inline YAML) is left alone.
-
-    Args:
-        args: the command line, without the program name.
-        configs: the bundled configs folder; default :func:`bundled_config_dir`.
-
-    Raises:
-        ConfigNotFoundError: a ``.yaml``/``.yml``/``.json`` name found neither here nor among the bundled
-            configs; the message lists those.
-    """
-    configs = bundled_config_dir() if configs is None else configs
-
-    def resolve(value: str) -> str:
-        path = Path(value)
-        if path.is_file() or path.suffix.lower() not in (".yaml", ".yml", ".json"):
-            return value
-        if not path.is_absolute():
-            names = [path] + ([Path(*path.parts[1:])] if path.parts[0] == "configs" else [])
-            for name in names:
-                if (configs / name).is_file():
-                    return str(configs / name)
-        bundled = sorted(p.relative_to(configs).as_posix() for p in configs.rglob("*.y*ml"))
-        raise ConfigNotFoundError(
-            f"--config {value}: no such file in {Path.cwd()}, nor among the configs that ship with derain "
-            f"({configs}): {', '.join(bundled) or 'none found'}"
-        )
-
-    out = []
-    take_next = False
-    for arg in args:
-        if take_next:
-            out.append(resolve(arg))
-        elif arg.startswith("--config="):
-            out.append("--config=" + resolve(arg.removeprefix("--config=")))
-        else:
-            out.append(arg)
-        take_next = not take_next and arg in ("--config", "-c")
-    return out
-
-
-MOVED = {
-    "model.init_weights": "init_weights (top level: --init_weights FILE)",
-    "model.ema_decay": "a trainer.callbacks entry, lightning.pytorch.callbacks.EMAWeightAveraging (init_args: decay)",
-    "model.compile": "a trainer.callbacks entry, derain.train.CompileTraining",
-    "model.sample_images": "samples.count",
-    "model.betas": "nothing (AdamW's betas are 0.9, 0.999)",
-    "derain.monitor.AttentionMonitor": "derain.train.AttentionMonitor",
-}
-"""Options and class paths of earlier versions (run folders' ``config.yaml`` name them), and what replaced each."""
-
-
-class MovedOptionError(ValueError):
-    """A config or command line that names an option or class path of :data:`MOVED`."""
-
-
-def _names(tree: object, prefix: str = "") -> Iterator[str]:
-    """The dotted keys and the string values of a parsed YAML tree."""
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield f"{prefix}{key}"
-            yield from _names(value, f"{prefix}{key}.")
-    elif isinstance(tree, list):
-        for value in tree:
-            yield from _names(value, prefix)
-    elif isinstance(tree, str):
-        yield tree
-
-
-def check_moved_options(args: list[str]) -> None:
-    """Refuse, in one line, options and class paths that moved (:data:`MOVED`), in ``args`` or in the config
-    files they name (after :func:`resolve_config_args`), before LightningCLI's longer parse error.
-
-    Raises:
-        MovedOptionError: naming where each moved name is and what replaced it.
-    """
-    found: dict[str, set[str]] = {}
-    for i, arg in enumerate(args):
-        config = arg.removeprefix("--config=") if arg.startswith("--config=") else None
-        if config is None and i > 0 and args[i - 1] in ("--config", "-c"):
-            config = arg
-        if config is not None and Path(config).is_file():
-            try:
-                names = set(_names(yaml.safe_load(Path(config).read_text(encoding="utf-8"))))
-            except yaml.YAMLError:
-                names = set()  # LightningCLI says what is wrong with it
-            found[config] = {n for n in names if n in MOVED}
-        for name in arg.removeprefix("--").split("=", 1):
-            if name in MOVED:
-                found.setdefault("the command line", set()).add(name)
-    wrong = [f"{where}: {old} is now {MOVED[old]}" for where, olds in found.items() for old in sorted(olds)]
-    if wrong:
-        raise MovedOptionError("; ".join(wrong))
-
-
-@dataclass(frozen=True)
-class Start:
-    """How a run begins: afresh (both None), resuming from a checkpoint, or fine-tuning from weights."""
-
-    resume_from: str | None = None
-    """The checkpoint whose weights, optimizer, schedule and step the run continues (``ckpt_path``)."""
-    fine_tune_from: str | None = None
-    """The weights the network starts from (``--init_weights``)."""
-    found_last: bool = False
-    """``resume_from`` is the run's own ``last.ckpt``, found by ``--resume auto``."""
-
-
-def how_to_start(resume: str, init_weights: str | None, last: Path) -> Start:
-    """How a run with these options begins (``--resume``, ``--init_weights``).
-
-    A run resumes from ``--resume PATH``, or with ``--resume auto`` from its ``last.ckpt`` when that exists; a run
-    that resumes takes its weights from the checkpoint and never reads ``init_weights`` (the file may be gone or
-    the path relative to another folder by now). Otherwise it fine-tunes from ``init_weights``, or starts afresh.
-
-    Args:
-        resume: ``"auto"``, ``"never"`` or a checkpoint path.
-        init_weights: the weights to fine-tune from, or None.
-        last: the run's ``last.ckpt`` (``derain.train.last_checkpoint``).
-    """
-    if resume not in ("auto", "never"):
-        return Start(resume_from=resume)
-    if resume == "auto" and last.is_file():
-        return Start(resume_from=str(last), found_last=True)
-    return Start(fine_tune_from=init_weights)
-
-
-class DerainCLI(LightningCLI):
-    """LightningCLI with a best checkpoint callback, ``last.ckpt`` beside it, automatic resume and export.
-
-    The command line it parses is the ``args`` it is given (``run`` reads ``sys.argv`` once, and never writes it).
-    """
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults(
-            {
-                "model.net": {"class_path": "derain.models.DerainNet"},
-                "checkpoint.monitor": "val/psnr_y",
-                "checkpoint.mode": "max",
-                "checkpoint.save_last": False,
-                "checkpoint.filename": "best-{step}",
-                "checkpoint.auto_insert_metric_name": False,
-                "checkpoint.save_on_train_epoch_end": False,
-            }
-        )
-        # Lightning's save_last only writes last when a top-k checkpoint was written at the same step, which would
-        # make a resumed run lose progress: LastCheckpoint rewrites last.ckpt after every validation
-        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
-        parser.add_lightning_class_args(SampleImages, "samples")  # validation triplets: --samples.count
-        parser.link_arguments(
-            ("checkpoint.dirpath", "trainer.default_root_dir"),
-            "last_checkpoint.path",
-            compute_fn=last_checkpoint,
-        )
-        parser.add_argument(
-            "--resume",
-            default="auto",
-            help="'auto': continue from <run>/checkpoints/last.ckpt if it exists; 'never'; or a "
-            "checkpoint path",
-        )
-        parser.add_argument(
-            "--init_weights",
-            type=str | None,
-            default=None,
-            help="start from these weights (.safetensors from derain.export, a Lightning .ckpt, or 'packaged': "
-            "the weights that ship with derain) instead of a random init; not read when the run resumes",
-        )
-        parser.add_argument(
-            "--export",
-            default=True,
-            type=bool,
-            help="export the best checkpoint to <run>/model.safetensors at the end",
-        )
-        parser.add_argument(
-            "--export_from",
-            default="best",
-            help="the checkpoint --export writes: 'best' (by val/psnr_y), 'last', or a file name in the "
-            "checkpoints folder (best-885.ckpt)",
-        )
-        parser.add_argument(
-            "--test",
-            default=True,
-            type=bool,
-            help="after training, score the best checkpoint on the test split (data.pairs.root's test/ or "
-            "data.pairs.test_dirs) if there is one, and print the table",
-        )
-
-    def parse_arguments(self, parser: LightningArgumentParser, args: list[str] | None) -> None:
-        """Parse ``args``: the command line, read once by ``run`` (no warning that ``sys.argv`` has arguments)."""
-        self.config = parser.parse_args(args)
-
-    def before_instantiate_classes(self) -> None:
-        """Decide how the run begins (:func:`how_to_start`), once; a resumed run does not read ``init_weights``."""
-        config = self.config
-        self.last = last_checkpoint(config.checkpoint.dirpath, config.trainer.default_root_dir)
-        init_weights = config.get("init_weights")
-        self.start = how_to_start(config.get("resume", "auto"), init_weights, self.last)
-        if self.start.resume_from is not None and init_weights is not None:
-            print(f"Resuming: --init_weights {init_weights} is not read", flush=True)
-
-
-def cpu_bf16_is_native(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
-    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), from Linux's ``/proc/cpuinfo``; None
-    where that cannot be read. Without it, oneDNN emulates bf16 and a ``bf16-mixed`` step is several times
-    slower than a float32 one (``benchmarks/train.py`` prints both)."""
-    try:
-        flags = set(Path(cpuinfo).read_text().split())
-    except OSError:
-        return None
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
-
-
-def warn_slow_bf16(trainer) -> None:
-    """One warning line when a CPU run asks for bf16 that this CPU would emulate."""
-    if "bf16" in str(trainer.precision) and isinstance(trainer.accelerator, CPUAccelerator):
-        if cpu_bf16_is_native() is False and trainer.is_global_zero:
-            print(
-                f"warning: --trainer.precision {trainer.precision} on a CPU without AVX512-BF16 or AMX: bf16 is "
-                "emulated here and a step is several times slower than in float32 (--trainer.precision 32)",
-                file=sys.stderr,
-                flush=True,
-            )
 
 
 def _checkpoint_callback(trainer) -> ModelCheckpoint:
@@ -338,40 +84,6 @@ def format_test_table(
     return "\n".join(lines)
 
 
-def export_source(chosen: str, best: str, last: Path) -> str:
-    """The checkpoint ``--export_from`` names: ``best`` (the best one, ``""`` when there is none), ``last``, or a
-    file name in the checkpoints folder (``best-885.ckpt``).
-
-    Raises:
-        WeightsNotFoundError: the named checkpoint does not exist; the message lists those that do.
-    """
-    if chosen == "best":
-        return best
-    path = last if chosen == "last" else last.parent / chosen
-    if not path.is_file():
-        there = ", ".join(sorted(p.name for p in last.parent.glob("*.ckpt"))) or "none"
-        raise WeightsNotFoundError(
-            f"--export_from {chosen}: no checkpoint {path} (there: {there}); re-run with --export_from NAME"
-        )
-    return str(path)
-
-
-def export_provenance(cli: LightningCLI, checkpoint: str | Path) -> dict[str, str]:
-    """The provenance metadata of the weights exported from ``checkpoint`` at the end of the run: the resolved
-    config, the commit, the data manifest, the checkpoint's step and the validation scores (the last validation's,
-    and the monitored best)."""
-    config = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))
-    step = torch.load(checkpoint, map_location="cpu", weights_only=True).get("global_step", 0)
-    metrics = cli.trainer.callback_metrics
-    validation: dict = {"last": {k: round(float(v), 4) for k, v in metrics.items() if k.startswith("val")}}
-    callback = cli.trainer.checkpoint_callback
-    if callback is not None and callback.best_model_score is not None:
-        best = {callback.monitor: round(float(callback.best_model_score), 4)}
-        validation["best"] = {**best, "checkpoint": Path(callback.best_model_path).name}
-    prov = provenance(config=config, steps=step, validation=validation, checkpoint=Path(checkpoint).name)
-    return provenance_metadata(prov)
-
-
 def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     torch.set_float32_matmul_precision("high")
     args = resolve_config_args(sys.argv[1:] if args is None else list(args))
@@ -379,6 +91,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     cli = DerainCLI(
         DerainLitModule,
         DerainDataModule,
+        trainer_class=DerainTrainer,
         run=False,
         args=args,
         parser_kwargs={"prog": prog},
@@ -386,7 +99,6 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
         seed_everything_default=0,
     )
     trainer = cli.trainer
-    warn_slow_bf16(trainer)
     callback = _checkpoint_callback(trainer)
     run_dir = Path(trainer.default_root_dir)
     last = cli.last
@@ -419,9 +131,9 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     if cli.config.get("export", True) and trainer.is_global_zero:
         source = export_source(cli.config.get("export_from", "best"), best, last)
         if source:
-            out = export_checkpoint(
-                source, run_dir / "model.safetensors", extra=export_provenance(cli, source)
-            )
+            config = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))
+            extra = export_provenance(config, trainer, source)
+            out = export_checkpoint(source, run_dir / "model.safetensors", extra=extra)
             print(f"Exported {source} -> {out}")
         print(
             f"Run folder: {run_dir.resolve()} (checkpoints/, model.safetensors, samples under "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -85,3 +86,23 @@ def test_the_three_model_commands_refuse_a_bad_device_and_bad_tiling_alike(
     assert "error: cannot use --device 'nonsense'" in capsys.readouterr().err
     assert main([name, *common, "--tile", "64", "--overlap", "64"]) == 2  # the page has --overlap too
     assert "error: need tile >= 0 and 0 <= overlap < tile, got tile=64, overlap=64" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """``derain info | head -1``: the reader stops reading; the command stops too, with no traceback. The pipe's
+    reader is closed before the command writes (``head`` exiting first would be a race: small outputs fit in the
+    pipe whole)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "derain", "info"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert proc.stderr == "" and proc.returncode == 141  # as a command stopped by SIGPIPE

@@ -18,18 +18,13 @@ from safetensors import safe_open
 from training_helpers import QUIET, make_folder
 
 from derain.cli import main as derain_main
-from derain.fit import (
-    ConfigNotFoundError,
-    Start,
-    cpu_bf16_is_native,
-    export_source,
-    how_to_start,
-    resolve_config_args,
-)
 from derain.fit import main as fit_main
+from derain.fit_cli import Start, how_to_start
+from derain.fit_configs import ConfigNotFoundError, resolve_config_args
 from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.train.export import export_source
 from derain.weights import WeightsError, load_net
 from derain.weights.provenance import read_provenance
 
@@ -412,14 +407,6 @@ def test_the_rain100h_config_trains_leak_safe(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     data = printed_config(["--config", "rain100h.yaml"], capsys)["data"]
     assert data["pairs"]["root"] == "datasets/Rain100H" and data["pairs"]["drop_test_overlap"] is True
-
-
-def test_bf16_on_a_cpu_without_it_in_hardware_is_known(tmp_path) -> None:
-    (tmp_path / "avx2").write_text("flags\t\t: fpu sse2 avx2 fma\n")
-    (tmp_path / "sapphire").write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
-    assert cpu_bf16_is_native(tmp_path / "avx2") is False
-    assert cpu_bf16_is_native(tmp_path / "sapphire") is True
-    assert cpu_bf16_is_native(tmp_path / "missing") is None
 
 
 def test_a_time_budget_plans_the_last_step_ends_the_cosine_and_validates(tmp_path, capsys):

@@ -73,7 +73,7 @@ def test_the_wheel_ships_every_config_and_an_install_finds_them(installed, tmp_p
         p.relative_to(site / "derain/configs").as_posix() for p in (site / "derain/configs").rglob("*.yaml")
     }
     assert shipped and installed_configs == shipped | {"derain-small/stage9.yaml"}
-    code = "import derain.fit as f; print(*f.resolve_config_args(['--config', 'rain100h.yaml', '--config=derain-small/stage9.yaml']))"
+    code = "import derain.fit_configs as f; print(*f.resolve_config_args(['--config', 'rain100h.yaml', '--config=derain-small/stage9.yaml']))"
     proc = run(["-c", code], tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [

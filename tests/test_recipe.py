@@ -46,6 +46,11 @@ def test_each_stage_config_is_whole_and_writes_the_recorded_output() -> None:
         assert config["model"]["net"]["class_path"] == "derain.models.DerainNet"  # no layering on other files
 
 
+def test_each_stage_trains_in_float32_as_its_pinned_output_did() -> None:
+    # not precision: auto, which is bf16 on a CPU with it in hardware: a stage trains again as it was made
+    assert all(stage_config(stage)["trainer"]["precision"] == "32-true" for stage in RECIPE.stages)
+
+
 def test_the_last_stage_is_the_packaged_weights() -> None:
     assert (REPO / RECIPE.shipped).resolve() == packaged_weights().resolve()
     assert tensors_sha256(packaged_weights()) == RECIPE.shipped_sha256  # the last output, stored in float16

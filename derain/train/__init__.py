@@ -5,7 +5,9 @@
 - ``callbacks``: ``SampleImages`` (validation triplets as PNGs), ``CompileTraining`` (``torch.compile``);
 - ``monitor``: ``AttentionMonitor``, agent-collapse entropy and TKSA ratio weights at every validation;
 - ``init_weights``: ``load_init_weights``, the weights a run starts from;
-- ``checkpoints``: ``LastCheckpoint``, the checkpoint a run resumes from.
+- ``checkpoints``: ``LastCheckpoint``, the checkpoint a run resumes from;
+- ``precision``: ``precision: auto`` (bf16 where the machine computes it in hardware) and ``DerainTrainer``;
+- ``export``: the checkpoint a finished run exports, and the provenance of its weights.
 
 Weight averaging is Lightning's own ``EMAWeightAveraging`` callback. Lightning lives here and in
 ``derain.data.module``; the network (``derain.models``) knows nothing of it.
