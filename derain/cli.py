@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name, rest = argv[0], argv[1:]
     try:
-        status = importlib.import_module(f"derain.{MODULES.get(name, name)}").main(rest, prog=f"derain {name}")
+        status = importlib.import_module(f"derain.{MODULES.get(name, name)}").main(
+            rest, prog=f"derain {name}"
+        )
         sys.stdout.flush()  # here, not at exit, where a closed pipe is a traceback nothing can catch
     except BrokenPipeError:
         if not _reader_gone(sys.stdout):
