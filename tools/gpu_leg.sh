@@ -35,11 +35,21 @@ timeout $((ARMS_DEADLINE - ($(date +%s) - start))) $PY tools/architectures.py /t
 arms=$!
 
 stamp "leg start"
-guard=$((LEG_BUDGET + 90))
-$PY -m derain.fit --config configs/derain-base/leg1-gpu.yaml ${LEG_OVERLAY:+--config "$LEG_OVERLAY"} \
-    --trainer.callbacks.budget "$LEG_BUDGET" \
-    --trainer.max_time "$(printf '00:00:%02d:%02d' $((guard / 60)) $((guard % 60)))" >"$OUT/leg1.log" 2>&1
-stamp "leg done: $?"
+leg() {  # leg BUDGET [OPTIONS...]
+    local guard=$(($1 + 90))
+    $PY -m derain.fit --config configs/derain-base/leg1-gpu.yaml ${LEG_OVERLAY:+--config "$LEG_OVERLAY"} \
+        --trainer.callbacks.budget "$1" "${@:2}" \
+        --trainer.max_time "$(printf '00:00:%02d:%02d' $((guard / 60)) $((guard % 60)))" >>"$OUT/leg1.log" 2>&1
+}
+leg_start=$(date +%s)
+leg "$LEG_BUDGET"
+status=$?
+if [ $status -ne 0 ] && [ $(($(date +%s) - leg_start)) -lt 120 ]; then  # failed at once: rain in the workers
+    stamp "leg failed ($status) early; again with the procedural rain rendered by the loader workers"
+    leg $((LEG_BUDGET - ($(date +%s) - leg_start))) --data.synthesis.render_on_device false --resume never
+    status=$?
+fi
+stamp "leg done: $status"
 grep -E "TimeBudget|Exported|Error|error" "$OUT/leg1.log" | tail -5
 wait $arms
 stamp "arms done: $?"
