@@ -82,14 +82,16 @@ class DerainMetrics(nn.Module):
     def update(self, pred: Tensor, target: Tensor) -> None:
         if pred.shape != target.shape:
             raise ValueError(f"pred and target shapes differ: {tuple(pred.shape)} vs {tuple(target.shape)}")
-        pred = quantize_8bit(pred.float())
-        target = quantize_8bit(target.float())
-        pred_y, target_y = rgb_to_y_matlab(pred), rgb_to_y_matlab(target)
-        self.psnr_y.update(pred_y, target_y)
-        self.ssim_y.update(pred_y, target_y)
-        self.psnr.update(pred, target)
-        self.ssim.update(pred, target)
-        self.bias_y.update((pred_y - target_y).mean(dim=(1, 2, 3)) * 255.0)
+        # float32 whatever autocast a caller runs under (bf16-mixed validation): SSIM's variances in bf16 are noise
+        with torch.autocast(pred.device.type, enabled=False):
+            pred = quantize_8bit(pred.float())
+            target = quantize_8bit(target.float())
+            pred_y, target_y = rgb_to_y_matlab(pred), rgb_to_y_matlab(target)
+            self.psnr_y.update(pred_y, target_y)
+            self.ssim_y.update(pred_y, target_y)
+            self.psnr.update(pred, target)
+            self.ssim.update(pred, target)
+            self.bias_y.update((pred_y - target_y).mean(dim=(1, 2, 3)) * 255.0)
 
     def compute(self) -> dict[str, Tensor]:
         return {name: getattr(self, name).compute() for name in self.NAMES}

@@ -78,3 +78,16 @@ def test_psnr_is_a_mean_over_images_and_predictions_are_quantized():
     m.reset()
     with pytest.raises(ValueError, match="shapes differ"):
         m.update(pred[:, :, :4], target)
+
+
+def test_metrics_under_bf16_autocast_are_the_float32_ones():
+    # Lightning's bf16-mixed validation runs the metric update under autocast; SSIM in bf16 read -0.27 on a GPU
+    gen = torch.Generator().manual_seed(0)
+    target = torch.rand(2, 3, 48, 40, generator=gen)
+    pred = (target + 0.05 * torch.randn(2, 3, 48, 40, generator=gen)).clamp(0, 1)
+    plain, mixed = DerainMetrics(), DerainMetrics()
+    plain.update(pred, target)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed.update(pred, target)
+    expected, got = plain.compute(), mixed.compute()
+    assert all(torch.allclose(got[k], expected[k], atol=1e-6) for k in DerainMetrics.NAMES)
