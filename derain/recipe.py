@@ -243,7 +243,7 @@ def _train(recipe: Recipe, stage: Stage) -> int:
         prep = recipe.prepare[key]
         if not Path(prep["path"]).exists():
             script = Path(prep["command"][0])
-            if not script.is_file():
+            if prep["command"][0] != "-m" and not script.is_file():  # ["-m", MODULE, ...]: a module runs
                 raise RecipeError(
                     f"{stage.name}: {key} is built by {script}, not found here: run from the repository root"
                 )

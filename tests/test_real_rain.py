@@ -144,6 +144,9 @@ def test_real_rain_measures_at_a_strength(tmp_path, tiny_weights, capsys):
     assert tool("real_rain").main([*args, "0"]) == 0
     printed = capsys.readouterr().out
     assert "strength 0" in printed and '"removed_0": 0.0' in printed  # strength 0: nothing removed
+    assert tool("real_rain").main([*args, "0", "1.5"]) == 0  # one column a strength, side by side
+    printed = capsys.readouterr().out
+    assert "strength 0, 1.5" in printed and "tiny.safetensors s1.5" in printed
     with pytest.raises(SystemExit) as exit_:
         tool("real_rain").main([*args, "2.5"])
     assert exit_.value.code == 2 and "strength should be between 0 and 2, got 2.5" in capsys.readouterr().err

@@ -79,8 +79,14 @@ def mean_row(values: list[float], first: list[float] | None) -> dict:
 
 
 def measure(
-    models, names, data: Path, rows_wanted: int, options: RestoreOptions = RestoreOptions()
+    models,
+    names,
+    data: Path,
+    rows_wanted: int,
+    options: RestoreOptions | list[RestoreOptions] = RestoreOptions(),
 ) -> tuple[dict, list[list[np.ndarray]], list[str]]:
+    """Each column is a model restored with its options (one ``RestoreOptions`` for all, or one a model)."""
+    column_options = options if isinstance(options, list) else [options] * len(models)
     removed: dict[str, list[list[float]]] = {}
     photo_names: dict[str, list[str]] = {}
     skipped: list[str] = []
@@ -97,7 +103,7 @@ def measure(
         removed[key] = [[] for _ in models]
         photo_names[key] = [n for n, _ in photos]
         for name, photo in photos:
-            outs = [restore(m, photo, options=options) for m in models]
+            outs = [restore(m, photo, options=o) for m, o in zip(models, column_options, strict=True)]
             for i, out in enumerate(outs):
                 removed[key][i].append(change_levels(photo, out))
             if index in chosen:
@@ -112,7 +118,7 @@ def measure(
         skipped += bad
         for name, photo in photos:
             crop = centre_crop(photo)
-            outs = [restore(m, crop, options=options) for m in models]
+            outs = [restore(m, crop, options=o) for m, o in zip(models, column_options, strict=True)]
             for i, out in enumerate(outs):
                 kept[i].append(score_pair(out, crop)["psnr_y"])
             if len(free_rows) < 2 and name == photos[0][0]:
@@ -123,7 +129,7 @@ def measure(
     removed["all real"] = [sum((removed[k][i] for k in REAL_SETS), []) for i in range(len(models))]
     result = {
         "weights": names,
-        "strength": options.strength,
+        "strength": [o.strength for o in column_options],
         "removed": {
             k: [mean_row(v[i], v[0] if i else None) for i in range(len(models))] for k, v in removed.items()
         },
@@ -137,7 +143,8 @@ def measure(
 def print_table(result: dict) -> None:
     names = result["weights"]
     width = max(len(n) for n in names)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, strength {result['strength']:g}")
+    strengths = ", ".join(f"{s:g}" for s in result["strength"])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, strength {strengths}")
     print(
         "rain removed: mean |rainy - derained| (8-bit levels) [95 % CI]; x first: ratio to the first weights"
     )
@@ -167,7 +174,7 @@ def print_table(result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--weights", nargs="+", required=True, help="two or more weights files (the first is the base)"
+        "--weights", nargs="+", required=True, help="weights files or names (the first is the base)"
     )
     parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
     add_data_argument(parser)
@@ -181,18 +188,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="write the result, per-photo values included, here")
     parser.add_argument(
-        "--strength", type=float, default=1.0, help="derain at this strength, 0 to 2 (default 1)"
+        "--strength",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="derain at this strength, 0 to 2 (default 1); several: a column each weights x strength",
     )
     args = parser.parse_args(argv)
     try:
-        options = RestoreOptions(strength=args.strength)
+        strengths = [RestoreOptions(strength=s) for s in args.strength]
     except ValueError as err:
         parser.error(str(err))
     names = args.names or [Path(w).name for w in args.weights]
     if len(names) != len(args.weights):
         parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
     torch.set_grad_enabled(False)
-    models = load_weights(args.weights)
+    loaded = load_weights(args.weights)
+    models = [m for m in loaded for _ in strengths]
+    options = [o for _ in loaded for o in strengths]
+    if len(strengths) > 1:
+        names = [f"{n} s{o.strength:g}" for n in names for o in strengths]
     result, picks, captions = measure(
         models, names, args.data, args.gallery_rows if args.gallery else 0, options
     )
