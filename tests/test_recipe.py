@@ -210,6 +210,8 @@ CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
         "derain-wide/stage10b-continue.yaml",
         "derain-wide/stage10c-continue.yaml",
     ],
+    ["derain-base/leg1-gpu.yaml"],  # derain-base's run (configs/derain-base/recipe.yaml), its legs layered
+    ["derain-base/leg1-gpu.yaml", "derain-base/leg2-gpu.yaml"],
 ]
 
 
@@ -217,7 +219,7 @@ def test_every_config_is_in_the_recipe_or_an_experiment() -> None:
     listed = {name for stack in CONFIGS + EXPERIMENTS for name in stack}
     configs = {f"{p.relative_to(REPO / 'configs').as_posix()}" for p in (REPO / "configs").rglob("*.yaml")}
     experiments = {p.relative_to(REPO).as_posix() for p in (REPO / "experiments").rglob("*.yaml")}
-    assert configs - {"derain-small/recipe.yaml"} | experiments == listed
+    assert configs - {"derain-small/recipe.yaml", "derain-base/recipe.yaml"} | experiments == listed
     readme = (REPO / "experiments" / "README.md").read_text()
     assert all(Path(name).name in readme for name in experiments)
 

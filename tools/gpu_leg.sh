@@ -4,9 +4,11 @@
 # Run from the repository root on the GPU machine, after the data was packed here (tools/pack_data.py) and sent:
 # /tmp/packed holds the packed folders, /tmp/data/rain-streaks-garg06 the streak layers as they are, /tmp/site
 # the wheels the machine lacks. Writes what comes back under $OUT: the leg's exported weights, its log and
-# metrics, the benchmark's results. Every step's time is printed, so a short lease shows where it went.
+# metrics, the benchmark's results. Every step's time is printed, so a short lease shows where it went. How the
+# data and wheels were packed and sent in three calls (the 64 MiB a call allows): docs/history.md, "derain-base".
 #
-#   OUT=/tmp/out bash tools/gpu_leg.sh                                  # the leg + the arms, ~9.5 minutes
+#   OUT=/tmp/out bash tools/gpu_leg.sh                                  # leg 1 + the arms, ~9.5 minutes
+#   LEG=leg2 ARMS=0 bash tools/gpu_leg.sh                               # leg 2 (configs/derain-base/leg2-gpu.yaml)
 #   LEG_OVERLAY=/tmp/cpu.yaml ARMS_ARGS=--quick bash tools/gpu_leg.sh   # a smoke test on a CPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,9 @@ export PYTHONUNBUFFERED=1 NO_ALBUMENTATIONS_UPDATE=1 GRADIO_ANALYTICS_ENABLED=Fa
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" DERAIN_DATA=${DERAIN_DATA:-/tmp/data}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
+LEG=${LEG:-leg1}  # leg1, or a later leg whose configs/derain-base/LEG-gpu.yaml is layered over leg 1's
+LEG_CONFIGS=(--config configs/derain-base/leg1-gpu.yaml)
+[ "$LEG" != leg1 ] && LEG_CONFIGS+=(--config "configs/derain-base/$LEG-gpu.yaml")
 LEG_BUDGET=${LEG_BUDGET:-400}  # seconds of training (TimeBudget); max_time, a guard, 90 s more from fit's start
 ARMS_DEADLINE=${ARMS_DEADLINE:-500}  # seconds after the start: arms still training then are stopped
 mkdir -p "$OUT"
@@ -30,16 +35,17 @@ $PY -m derain grow derain-small runs/derain-base/grown.safetensors --blocks 2,4,
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader 2>/dev/null
 
 stamp "arms start"
-timeout $((ARMS_DEADLINE - ($(date +%s) - start))) $PY tools/architectures.py /tmp/arms --jobs 3 --workers 2 \
+[ "${ARMS:-1}" = 0 ] || timeout $((ARMS_DEADLINE - ($(date +%s) - start))) $PY tools/architectures.py /tmp/arms --jobs 3 --workers 2 \
     ${ARMS_ARGS:-} >"$OUT/arms.log" 2>&1 &
 arms=$!
+[ "${ARMS:-1}" = 0 ] && arms=
 
 stamp "leg start"
 leg() {  # leg BUDGET [OPTIONS...]
     local guard=$(($1 + 90))
-    $PY -m derain.fit --config configs/derain-base/leg1-gpu.yaml ${LEG_OVERLAY:+--config "$LEG_OVERLAY"} \
+    $PY -m derain.fit "${LEG_CONFIGS[@]}" ${LEG_OVERLAY:+--config "$LEG_OVERLAY"} \
         --trainer.callbacks.budget "$1" "${@:2}" \
-        --trainer.max_time "$(printf '00:00:%02d:%02d' $((guard / 60)) $((guard % 60)))" >>"$OUT/leg1.log" 2>&1
+        --trainer.max_time "$(printf '00:00:%02d:%02d' $((guard / 60)) $((guard % 60)))" >>"$OUT/$LEG.log" 2>&1
 }
 leg_start=$(date +%s)
 leg "$LEG_BUDGET"
@@ -50,13 +56,13 @@ if [ $status -ne 0 ] && [ $(($(date +%s) - leg_start)) -lt 120 ]; then  # failed
     status=$?
 fi
 stamp "leg done: $status"
-grep -E "TimeBudget|Exported|Error|error" "$OUT/leg1.log" | tail -5
-wait $arms
+grep -E "TimeBudget|Exported|Error|error" "$OUT/$LEG.log" | tail -5
+[ -n "$arms" ] && wait $arms
 stamp "arms done: $?"
 tail -25 "$OUT/arms.log"
 
-cp runs/derain-base/leg1/model.safetensors "$OUT/leg1.safetensors" 2>/dev/null
-tar czf "$OUT/results.tgz" runs/derain-base/leg1/lightning_logs \
+cp "runs/derain-base/$LEG/model.safetensors" "$OUT/$LEG.safetensors" 2>/dev/null
+tar czf "$OUT/results.tgz" "runs/derain-base/$LEG/lightning_logs" \
     $(cd / && ls -d /tmp/arms/*.md /tmp/arms/*.json /tmp/arms/*/*.json /tmp/arms/*/fit.log /tmp/arms/*/config.yaml \
         2>/dev/null) 2>/dev/null
 stamp "collected: $(ls "$OUT" | tr '\n' ' ')"
