@@ -220,7 +220,9 @@ def run_arm(arm: str, data: Path, out: Path, args: argparse.Namespace) -> dict:
     """Train and score one arm: its per-pair scores, its quarter steps and its seconds a step."""
     weights = train(arm, data, out, args)
     rows = cached(weights.parent / "scores.json", lambda: score_weights(weights, data))
-    print(f"[{arm}] scored {len(rows)} pairs", flush=True)
+    for step in sorted(checkpoints(weights.parent))[:-1]:  # scored now: a run stopped later keeps them
+        score_at(arm, step, data, out)
+    print(f"[{arm}] scored {len(rows)} pairs, and its earlier checkpoints", flush=True)
     return {
         "rows": rows,
         "steps": sorted(checkpoints(weights.parent)),
