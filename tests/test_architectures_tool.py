@@ -67,7 +67,7 @@ def test_an_arm_trains_on_raintrainl_with_its_hold_out_out(tmp_path: Path) -> No
     (tmp_path / "fullres2").mkdir()
     (tmp_path / "fullres2" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     other = architectures.parse_args([str(tmp_path), "--data", str(SHARED_DATA), "--steps", "400"])
-    with pytest.raises(SystemExit, match="holds another budget or data"):
+    with pytest.raises(SystemExit, match="holds another budget, seed or data"):
         architectures.train("fullres2", SHARED_DATA, tmp_path, other)
 
 

@@ -53,7 +53,7 @@ def test_generated_arms_see_no_real_heavy_layer_and_the_reference_sees_14(tmp_pa
     }
     (tmp_path / "layered").mkdir()
     (tmp_path / "layered" / "config.yaml").write_text(yaml.safe_dump(layered, sort_keys=False))
-    with pytest.raises(SystemExit, match="holds another budget or seed than this run asks for"):
+    with pytest.raises(SystemExit, match="holds another budget, seed or data than this run asks for"):
         generators.train("layered", SHARED_DATA, photos, tmp_path, other)  # --seed 1 over a seed-0 arm
     seeded_reference = generators.arm_config("real14", SHARED_DATA, photos, tmp_path / "real14", other)
     assert seeded_reference["data"]["seed"] == 0  # the recipe's hold-out stays

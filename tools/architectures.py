@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -41,8 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
-from research import add_data_argument, held_out, load_weights, paired_difference
+from research import add_data_argument, held_out, load_weights, paired_difference, train_run
 
 from derain.evaluate import evaluate
 from derain.io import atomic_output, list_images
@@ -145,25 +143,7 @@ def arm_config(arm: str, data: Path, run: Path, args: argparse.Namespace) -> dic
 
 def train(arm: str, data: Path, out: Path, args: argparse.Namespace) -> Path:
     """Train one arm (resuming an interrupted run); returns its exported weights."""
-    run = out / arm
-    weights, config = run / "model.safetensors", run / "config.yaml"
-    text = yaml.safe_dump(arm_config(arm, data, run, args), sort_keys=False)
-    if config.is_file() and config.read_text() != text:
-        raise SystemExit(
-            f"error: {config} holds another budget or data than this run asks for; use another OUT"
-        )
-    if weights.is_file():
-        return weights
-    run.mkdir(parents=True, exist_ok=True)
-    with atomic_output(config) as tmp:
-        tmp.write_text(text)
-    command = [sys.executable, "-m", "derain.fit", "--config", str(config)]
-    print(f"[{arm}] training: {' '.join(command)}", flush=True)
-    with open(run / "fit.log", "a") as log:
-        status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
-    if status != 0 or not weights.is_file():
-        raise SystemExit(f"error: arm {arm} failed (exit {status}); see {run / 'fit.log'}")
-    return weights
+    return train_run(out / arm, arm_config(arm, data, out / arm, args), arm)
 
 
 def checkpoints(run: Path) -> dict[int, Path]:

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
-from research import add_data_argument, held_out, load_weights, paired_difference
+from research import add_data_argument, held_out, load_weights, paired_difference, train_run
 
 from derain.data.overlap import leave_out_shown, signatures
 from derain.evaluate import evaluate
@@ -129,26 +127,7 @@ def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Nam
 
 def train(arm: str, data: Path, photos: Path, out: Path, args: argparse.Namespace) -> Path:
     """Train one arm (resuming an interrupted run); returns its exported weights."""
-    run = out / arm
-    weights, config = run / "model.safetensors", run / "config.yaml"
-    text = yaml.safe_dump(arm_config(arm, data, photos, run, args), sort_keys=False)
-    if (
-        config.is_file() and config.read_text() != text
-    ):  # another --steps/--seed/--dim/...: not this arm's run
-        raise SystemExit(
-            f"error: {config} holds another budget or seed than this run asks for; use another OUT"
-        )
-    if weights.is_file():
-        return weights
-    with atomic_output(config) as tmp:
-        tmp.write_text(text)
-    command = [sys.executable, "-m", "derain.fit", "--config", str(config)]
-    print(f"[{arm}] training: {' '.join(command)}", flush=True)
-    with open(run / "fit.log", "a") as log:
-        status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
-    if status != 0 or not weights.is_file():
-        raise SystemExit(f"error: arm {arm} failed (exit {status}); see {run / 'fit.log'}")
-    return weights
+    return train_run(out / arm, arm_config(arm, data, photos, out / arm, args), arm)
 
 
 def score(arm: str, weights: Path, data: Path) -> list[dict]:

@@ -1,5 +1,5 @@
 """What the research tools share: the data folder, loading weights to compare, the recipe's seeded hold-out,
-paired differences, and the printed report.
+paired differences, the printed report, and one training run of an arm through ``derain.fit``.
 
 The tools import it as ``research``: a script's own folder is the first entry of ``sys.path`` (``python
 tools/paired.py`` from any folder), so no tool imports another one, and nothing depends on the working folder.
@@ -10,16 +10,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from derain import load_model
 from derain.data.options import DATA_VARIABLE
 from derain.data.split import seeded_share
 from derain.evaluate import spread
+from derain.io import atomic_output
 from derain.pairing import Pair, find_pairs
 from derain.weights import WeightsError
 
@@ -87,3 +91,27 @@ def report(rows: list[tuple[str, str]], result: dict) -> None:
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
     print("RESULT " + json.dumps(result))
+
+
+def train_run(run: Path, config: dict, arm: str) -> Path:
+    """Train one arm through ``derain.fit`` from ``config`` (written to ``run/config.yaml``), resuming an
+    interrupted run; returns its exported weights. A folder whose config another budget, seed or width wrote is
+    refused (its weights are not this run's), and a finished run is not trained again."""
+    weights, file = run / "model.safetensors", run / "config.yaml"
+    text = yaml.safe_dump(config, sort_keys=False)
+    if file.is_file() and file.read_text() != text:
+        raise SystemExit(
+            f"error: {file} holds another budget, seed or data than this run asks for; use another OUT"
+        )
+    if weights.is_file():
+        return weights
+    run.mkdir(parents=True, exist_ok=True)
+    with atomic_output(file) as tmp:
+        tmp.write_text(text)
+    command = [sys.executable, "-m", "derain.fit", "--config", str(file)]
+    print(f"[{arm}] training: {' '.join(command)}", flush=True)
+    with open(run / "fit.log", "a") as log:
+        status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if status != 0 or not weights.is_file():
+        raise SystemExit(f"error: arm {arm} failed (exit {status}); see {run / 'fit.log'}")
+    return weights
