@@ -280,6 +280,7 @@ def measure_costs(arms: list[str], out: Path, repeats: int) -> dict[str, dict]:
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
+        yardstick(3)  # warm-up: a process's first convolutions ran 2x slower here, and the first arm paid it
         return {arm: cached(out / arm / "costs.json", lambda arm=arm: costs(arm, repeats)) for arm in arms}
     finally:
         torch.set_num_threads(threads)
