@@ -195,7 +195,8 @@ def plan(recipe: Recipe) -> str:
     steps = [s.step for s in recipe.stages]
     total = f"{sum(steps)} steps" if None not in steps else "steps partly unknown"
     lines = [
-        f"Recipe {recipe.name} ({_shown(recipe.file)}): {len(recipe.stages)} stages, {total} to {recipe.shipped}"
+        f"Recipe {recipe.name} ({_shown(recipe.file)}): {len(recipe.stages)} stages, {total} to "
+        + (recipe.shipped or f"{recipe.stages[-1].output.path} (a run in progress: nothing ships yet)")
     ]
     for key, prep in recipe.prepare.items():
         done = "done" if Path(prep["path"]).exists() else "missing"

@@ -237,3 +237,12 @@ def test_every_config_parses(stack, capsys, monkeypatch) -> None:
 def test_the_recipe_readme_lists_every_stage() -> None:
     readme = (RECIPE.file.parent / "README.md").read_text()
     assert all(f"`{stage.config.name}`" in readme for stage in RECIPE.stages)
+
+
+def test_derain_base_is_a_run_in_progress_from_the_grown_stage_9() -> None:
+    base = load_recipe("derain-base")
+    text = recipe_module.plan(base)
+    assert "a run in progress: nothing ships yet" in text
+    assert "derain grow derain-small" in text  # its first weights are stage 9 grown, prepared by the recipe
+    raw = yaml.safe_load(base.file.read_text())
+    assert (REPO / raw["continuation"]["path"]).is_file()  # the one committed file the next leg starts from
