@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from research import add_data_argument, held_out, load_weights, paired_difference, train_run
+from research import add_data_argument, held_out, load_weights, paired_difference, train_run, write_result
 
 from derain.evaluate import evaluate
 from derain.io import atomic_output, list_images
@@ -470,9 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(text)
     result = {k: getattr(args, k) for k in ("steps", "batch", "patch", "precision", "jobs", "quick")}
     result |= {"device": device(), "arms": summary}
-    with atomic_output(args.out / "summary.json") as tmp:
-        tmp.write_text(json.dumps(result, indent=1))
-    print("RESULT " + json.dumps(result))
+    write_result(args.out / "summary.json", result)
     return 0
 
 

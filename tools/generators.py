@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from research import add_data_argument, held_out, load_weights, paired_difference, train_run
+from research import add_data_argument, held_out, load_weights, paired_difference, train_run, write_result
 
 from derain.data.overlap import leave_out_shown, signatures
 from derain.evaluate import evaluate
@@ -254,9 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(summary, args.arms[0])
     result = {k: getattr(args, k) for k in ("steps", "batch", "patch", "precision", "dim", "seed")}
     result["arms"] = summary
-    with atomic_output(args.out / "summary.json") as tmp:
-        tmp.write_text(json.dumps(result, indent=1))
-    print("RESULT " + json.dumps(result))
+    write_result(args.out / "summary.json", result)
     return 0
 
 

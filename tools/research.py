@@ -115,3 +115,10 @@ def train_run(run: Path, config: dict, arm: str) -> Path:
     if status != 0 or not weights.is_file():
         raise SystemExit(f"error: arm {arm} failed (exit {status}); see {run / 'fit.log'}")
     return weights
+
+
+def write_result(path: Path, result: dict) -> None:
+    """A tool's result: ``path`` (JSON, written atomically) and the one ``RESULT {...}`` line."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(result, indent=1))
+    print("RESULT " + json.dumps(result))
