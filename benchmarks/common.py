@@ -1,4 +1,5 @@
-"""What the speed benchmarks share: peak-memory measurement, the test photos, and the printed report.
+"""What the speed benchmarks share: peak-memory measurement, the test photos, the printed report, and the
+yardstick (``derain.inference.timing.yardstick``).
 
 The scripts import it as ``common``: a script's own folder is the first entry of ``sys.path`` (``python
 benchmarks/page.py`` from any folder), so no script imports another one, and nothing depends on the working folder.
@@ -7,8 +8,6 @@ benchmarks/page.py`` from any folder), so no script imports another one, and not
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,24 +15,10 @@ import cv2
 import numpy as np
 import torch
 
+from derain.inference.timing import yardstick  # noqa: F401  (the scripts' unit of speed, from here)
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "datasets" / "examples"
 """The shipped rainy example photos the benchmarks time."""
-
-
-def yardstick(repeats: int = 3) -> float:
-    """Seconds of the machine's unit of speed: 10 convolutions 48→48 3×3 on a 321×481 map, forward, at the
-    current thread count (median of ``repeats``). Speeds reported in yardsticks compare across machines."""
-    conv = torch.nn.Conv2d(48, 48, 3, padding=1)
-    x = torch.rand(1, 48, 321, 481)
-    times = []
-    with torch.inference_mode():
-        conv(x)  # warm-up
-        for _ in range(repeats):
-            t = time.perf_counter()
-            for _ in range(10):
-                conv(x)
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def status_kb(field: str) -> int:

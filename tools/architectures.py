@@ -43,6 +43,7 @@ import torch
 from research import add_data_argument, held_out, load_weights, paired_difference, train_run, write_result
 
 from derain.evaluate import evaluate
+from derain.inference.timing import yardstick
 from derain.io import atomic_output, list_images
 from derain.models import DerainNet
 from derain.pairing import find_pairs
@@ -231,18 +232,6 @@ def median_seconds(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def yardstick(repeats: int) -> float:
-    """Seconds of 10 convolutions 48→48 3×3 on a 321×481 map, forward (``benchmarks/common.py``'s unit)."""
-    conv, x = torch.nn.Conv2d(48, 48, 3, padding=1), torch.rand(1, 48, *SIZE)
-
-    def ten():
-        with torch.inference_mode():
-            for _ in range(10):
-                conv(x)
-
-    return median_seconds(ten, repeats)
 
 
 def costs(arm: str, repeats: int) -> dict:

@@ -1,4 +1,5 @@
-"""How long restoring takes on this machine: :class:`SpeedEstimate`, for expected times shown before a photo runs.
+"""How long restoring takes on this machine: :class:`SpeedEstimate`, for expected times shown before a photo runs,
+and :func:`yardstick`, the unit speeds are reported in so that they compare across machines.
 
 Only the measuring: what the web page makes of it (its default quality) is the page's (``derain.page``), and
 ``benchmarks/page.py`` checks it against measured times.
@@ -21,11 +22,29 @@ import time
 from collections import deque
 
 import numpy as np
+import torch
 from torch import nn
 
 from .image import RestoreOptions, restore
 
-__all__ = ["SpeedEstimate"]
+__all__ = ["SpeedEstimate", "yardstick"]
+
+
+def yardstick(repeats: int = 3) -> float:
+    """Seconds of the machine's unit of speed: 10 convolutions 48→48 3×3 on a 321×481 map, forward, at the
+    current thread count (median of ``repeats``, after a warm-up). Speeds reported in yardsticks compare across
+    machines (``benchmarks/``, ``tools/architectures.py``, ``derain models``)."""
+    conv = nn.Conv2d(48, 48, 3, padding=1)
+    x = torch.rand(1, 48, 321, 481)
+    times = []
+    with torch.inference_mode():
+        conv(x)  # warm-up
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for _ in range(10):
+                conv(x)
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 class SpeedEstimate:
