@@ -24,7 +24,7 @@ import yaml
 
 from derain.io import atomic_output
 from derain.resources import shipped_folder
-from derain.weights import WeightsError, tensors_sha256
+from derain.weights import WeightsError, float16_tensors, read_safetensors, save_float16, tensors_sha256
 
 __all__ = [
     "Pinned",
@@ -88,6 +88,18 @@ class Recipe:
     shipped_sha256: str | None = None
     """The shipped file's tensors sha256 when it stores the last stage's output otherwise (in float16: a smaller
     file, widened to float32 on loading), so that its hash is not the output's; None: the file is the output."""
+    continuation: Pinned | None = None
+    """A run in progress: its one committed file, the last stage's output in float16, where the next leg starts."""
+
+    @property
+    def stored(self) -> Pinned | None:
+        """The committed file that holds the last stage's output in float16 (the shipped file or a run's
+        continuation; paths under :data:`SOURCE`), which ``derain recipe`` writes or checks after the stages."""
+        if self.continuation is not None:
+            return self.continuation
+        if self.shipped and self.shipped_sha256:
+            return Pinned(self.shipped, self.shipped_sha256)
+        return None
 
 
 def recipe_file(name: str) -> Path:
@@ -151,6 +163,7 @@ def load_recipe(name: str) -> Recipe:
         raw.get("prepare") or {},
         tuple(stages),
         None if raw.get("shipped_sha256") is None else str(raw["shipped_sha256"]),
+        _pinned(raw.get("continuation"), f"{file}: continuation"),
     )
 
 
@@ -293,7 +306,29 @@ def run_recipe(recipe: Recipe, *, accept_rebuilt: bool = False, restore: bool = 
         status = _run_stage(recipe, stage, accept_rebuilt)
         if status != 0:
             return status
+    _store(recipe, accept_rebuilt)
     return 0
+
+
+def _store(recipe: Recipe, accept_rebuilt: bool) -> None:
+    """Write the recipe's stored file (the last output in float16) where it is missing, else check that it is
+    the last output's; a file another (rebuilt) output would give stops the recipe unless ``accept_rebuilt``."""
+    stored = recipe.stored
+    if stored is None:
+        return
+    target, output = SOURCE / stored.path, recipe.stages[-1].output.path
+    expected = tensors_sha256(float16_tensors(read_safetensors(output)[1]))
+    if target.is_file() and tensors_sha256(target) == expected:
+        print(f"{_shown(target)}: the last stage's output in float16, sha256 {expected}", flush=True)
+        return
+    if target.is_file() and not accept_rebuilt:
+        raise RecipeError(
+            f"{_shown(target)} has tensors sha256 {tensors_sha256(target)}, the last stage's output in float16 "
+            f"would be {expected} (--accept-rebuilt writes it)"
+        )
+    save_float16(output, target)
+    note = "" if expected == stored.sha256 else f" (the recipe records {stored.sha256})"
+    print(f"wrote {_shown(target)}: the last stage's output in float16, sha256 {expected}{note}", flush=True)
 
 
 def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:

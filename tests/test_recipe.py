@@ -246,3 +246,27 @@ def test_derain_base_is_a_run_in_progress_from_the_grown_stage_9() -> None:
     assert "derain grow derain-small" in text  # its first weights are stage 9 grown, prepared by the recipe
     raw = yaml.safe_load(base.file.read_text())
     assert (REPO / raw["continuation"]["path"]).is_file()  # the one committed file the next leg starts from
+
+
+def test_the_stored_file_is_the_last_output_in_float16_written_or_checked(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    file, _ = tiny_recipe(tmp_path, None)
+    manifest = yaml.safe_load(file.read_text())
+    manifest["stages"] = manifest["stages"][:1]  # stage a, done
+    target = tmp_path / "continuation.safetensors"
+    manifest["continuation"] = {"path": str(target), "sha256": None}
+    file.write_text(yaml.safe_dump(manifest))
+    monkeypatch.setattr(recipe_module, "_train", lambda *a: pytest.fail("stage a is done"))
+    assert run_recipe(load_recipe(str(file))) == 0  # a fresh clone's recipe writes the stored file
+    meta, state = read_safetensors(target)
+    assert all(v.dtype == torch.float16 for v in state.values() if v.is_floating_point())
+    assert meta == read_safetensors(tmp_path / "runs" / "a" / "model.safetensors")[0]  # its provenance kept
+    stored = tensors_sha256(target)
+    assert f"wrote {target}" in capsys.readouterr().out
+    assert run_recipe(load_recipe(str(file))) == 0  # there: checked, not rewritten
+    assert f"the last stage's output in float16, sha256 {stored}" in capsys.readouterr().out
+    save_net(tiny_net(seed=5), target)  # another network where the stored file should be
+    with pytest.raises(RecipeError, match=r"would be [0-9a-f]{64} \(--accept-rebuilt writes it\)"):
+        run_recipe(load_recipe(str(file)))
+    assert run_recipe(load_recipe(str(file)), accept_rebuilt=True) == 0 and tensors_sha256(target) == stored

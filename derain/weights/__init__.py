@@ -43,6 +43,7 @@ __all__ = [
     "WeightsError",
     "WeightsNotFoundError",
     "export_checkpoint",
+    "float16_tensors",
     "legacy_record",
     "load_net",
     "packaged_weights",
@@ -50,6 +51,7 @@ __all__ = [
     "read_safetensors",
     "resolve",
     "save_net",
+    "save_float16",
     "save_tensors",
     "shipped_weights",
     "tensors_sha256",
@@ -158,6 +160,18 @@ def save_tensors(
     with atomic_output(path) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
     return path
+
+
+def float16_tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with its floating-point tensors in float16: how a file is stored at half the size (the loader
+    widens them back to float32)."""
+    return {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+
+
+def save_float16(source: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """A weights file stored in float16 (:func:`float16_tensors`), its metadata as it is, written atomically."""
+    meta, state = read_safetensors(source)
+    return save_tensors(float16_tensors(state), target, meta)
 
 
 # ------------------------------------------------------------------------------------------------ reading
