@@ -97,3 +97,8 @@ def test_the_data_manifest_names_folders_as_the_config_spells_them(tmp_path, mon
 
 def test_no_commit_outside_a_git_checkout(tmp_path) -> None:
     assert git_commit(tmp_path) is None
+
+
+def test_a_copy_sent_elsewhere_names_the_commit_it_was_sent_as(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DERAIN_COMMIT", "cacb8763addbe86b26aff6786f4513919e5b07a7")
+    assert git_commit(tmp_path) == git_commit() == "cacb8763addbe86b26aff6786f4513919e5b07a7"

@@ -7,6 +7,9 @@
 # metrics, the benchmark's results. Every step's time is printed, so a short lease shows where it went. How the
 # data and wheels were packed and sent in three calls (the 64 MiB a call allows): docs/history.md, "derain-base".
 #
+# The machine's copy of .git is the session's starting state, not the commit sent: give that commit as
+# DERAIN_COMMIT (expanded here, e.g. the run's command `DERAIN_COMMIT=<git rev-parse HEAD> bash tools/gpu_leg.sh`)
+# or the weights' provenance names the wrong one (leg 1's had to be corrected).
 #   OUT=/tmp/out bash tools/gpu_leg.sh                                  # leg 1 + the arms, ~9.5 minutes
 #   LEG=leg2 ARMS=0 bash tools/gpu_leg.sh                               # leg 2 (configs/derain-base/leg2-gpu.yaml)
 #   LEG_OVERLAY=/tmp/cpu.yaml ARMS_ARGS=--quick bash tools/gpu_leg.sh   # a smoke test on a CPU

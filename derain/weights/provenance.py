@@ -44,12 +44,15 @@ PROVENANCE_KEY = "provenance"
 
 def git_commit(where: str | os.PathLike | None = None) -> str | None:
     """The commit of the code at ``where`` (``+dirty`` appended when tracked files differ from it), or None outside
-    a git checkout (or without git).
+    a git checkout (or without git). ``$DERAIN_COMMIT``, where set, is the answer: a copy of a working tree whose
+    git metadata is not its own (a lent GPU machine's, ``tools/gpu_leg.sh``) names the commit it was sent as.
 
     Args:
         where: a folder of the checkout; default this package's own source, and then only when it is a tracked file
             of that checkout (an installed copy of derain inside some other repository has no commit).
     """
+    if os.environ.get("DERAIN_COMMIT"):
+        return os.environ["DERAIN_COMMIT"]
     own = where is None
     where = Path(__file__).resolve().parent if own else Path(where)
     try:
