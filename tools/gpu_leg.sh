@@ -30,11 +30,12 @@ stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
 
 stamp "unpack"
 [ -d /tmp/packed ] && $PY tools/pack_data.py unpack /tmp/packed "$DERAIN_DATA"
-stamp "heavy-val"
-$PY tools/heavy_val.py runs/heavy-val | tail -1
-stamp "grow"
-$PY -m derain grow derain-small runs/derain-base/grown.safetensors --blocks 2,4,4,4 --full-res tksa \
-    --full-res-dim 16 --seed 0 || exit 1
+# what the recipe prepares (the heavy validation set, stage 9 grown), by the recipe's own commands
+for key in $($PY -c "import yaml; print(*yaml.safe_load(open('configs/derain-base/recipe.yaml'))['prepare'])"); do
+    stamp "prepare $key"
+    $PY $($PY -c "import yaml; print(*yaml.safe_load(open('configs/derain-base/recipe.yaml'))['prepare']['$key']['command'])") \
+        | tail -1 || exit 1
+done
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader 2>/dev/null
 
 stamp "arms start"
