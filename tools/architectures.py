@@ -48,6 +48,7 @@ from derain.io import atomic_output, list_images
 from derain.models import DerainNet
 from derain.pairing import find_pairs
 from derain.train.lit import LOSSES
+from derain.train.precision import auto_precision
 from derain.weights import export_checkpoint
 
 LIGHT, RAIN200L, PHOTOS = "raintrainl", "rain200l-samples", "clean/bsds500-leakfree"
@@ -379,10 +380,6 @@ def quick_data(data: Path, out: Path) -> Path:
     return folder
 
 
-def default_precision() -> str:
-    return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder for the arms' runs and the summary")
@@ -398,7 +395,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--precision",
         default=None,
-        help="the trainer's precision (default bf16-mixed on a GPU with bf16, else 32)",
+        help="the trainer's precision (default: what precision: auto picks here, derain.train.precision)",
     )
     parser.add_argument("--workers", type=int, default=2, help="data loader workers of each arm's run")
     parser.add_argument("--jobs", type=int, default=1, help="arms trained at once (subprocesses)")
@@ -410,7 +407,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.arms = args.arms or list(QUICK_ARMS if args.quick else ARMS)
     args.steps = args.steps or (3 if args.quick else 800)
     args.patch = args.patch or (32 if args.quick else 128)
-    args.precision = args.precision or default_precision()
+    args.precision = args.precision or auto_precision()[0]
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}: expected some of {list(ARMS)}")
