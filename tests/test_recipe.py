@@ -211,7 +211,7 @@ CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
         "derain-wide/stage10c-continue.yaml",
     ],
     ["derain-base/leg1-gpu.yaml"],  # derain-base's run (configs/derain-base/recipe.yaml), its legs layered
-    ["derain-base/leg1-gpu.yaml", "derain-base/leg2-gpu.yaml"],
+    ["derain-base/leg1-gpu.yaml", "derain-base/leg2.yaml"],
 ]
 
 

@@ -11,7 +11,7 @@
 # DERAIN_COMMIT (expanded here, e.g. the run's command `DERAIN_COMMIT=<git rev-parse HEAD> bash tools/gpu_leg.sh`)
 # or the weights' provenance names the wrong one (leg 1's had to be corrected).
 #   OUT=/tmp/out bash tools/gpu_leg.sh                                  # leg 1 + the arms, ~9.5 minutes
-#   LEG=leg2 ARMS=0 bash tools/gpu_leg.sh                               # leg 2 (configs/derain-base/leg2-gpu.yaml)
+#   LEG=leg2 ARMS=0 bash tools/gpu_leg.sh                               # leg 2 (configs/derain-base/leg2.yaml, CPU-sized)
 #   LEG_OVERLAY=/tmp/cpu.yaml ARMS_ARGS=--quick bash tools/gpu_leg.sh   # a smoke test on a CPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,9 +19,9 @@ export PYTHONUNBUFFERED=1 NO_ALBUMENTATIONS_UPDATE=1 GRADIO_ANALYTICS_ENABLED=Fa
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" DERAIN_DATA=${DERAIN_DATA:-/tmp/data}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
-LEG=${LEG:-leg1}  # leg1, or a later leg whose configs/derain-base/LEG-gpu.yaml is layered over leg 1's
+LEG=${LEG:-leg1}  # leg1, or a later leg whose configs/derain-base/LEG.yaml is layered over leg 1's
 LEG_CONFIGS=(--config configs/derain-base/leg1-gpu.yaml)
-[ "$LEG" != leg1 ] && LEG_CONFIGS+=(--config "configs/derain-base/$LEG-gpu.yaml")
+[ "$LEG" != leg1 ] && LEG_CONFIGS+=(--config "configs/derain-base/$LEG.yaml")
 LEG_BUDGET=${LEG_BUDGET:-400}  # seconds of training (TimeBudget); max_time, a guard, 90 s more from fit's start
 ARMS_DEADLINE=${ARMS_DEADLINE:-500}  # seconds after the start: arms still training then are stopped
 mkdir -p "$OUT"
