@@ -1,8 +1,10 @@
 """Rebuild shipped weights from their recipe: ``derain recipe derain-small`` (``--plan`` trains nothing).
 
 A recipe is a ``recipe.yaml`` beside its stage configs (``configs/derain-small/``): stages in order, each one config
-for ``derain fit``, its input weights (the config's ``init_weights``) and its output weights, both named by
-path and by the sha256 of their tensors (:func:`derain.weights.tensors_sha256`). Running it trains each stage in
+for ``derain fit`` (``over``: configs layered under it, as a later leg of a long run layers over the first), its
+input weights (given to fit as ``init_weights``) and its output weights, both named by path and by the sha256 of their
+tensors (:func:`derain.weights.tensors_sha256`). An input with ``float16_of: STAGE`` is that stage's output stored in
+float16, as a long run's legs continue from their committed float16 file; the recipe writes it when it is missing. Running it trains each stage in
 turn, skipping a stage whose output exists with the expected hash; an input whose hash is not the one the recipe
 names stops it with one line naming both; the stages before the last one done are not needed and not trained.
 ``--plan`` prints every stage's config, input and expected output and
@@ -73,6 +75,10 @@ class Stage:
     """The commit whose packaged weights file is this output, if it was shipped."""
     needs: tuple[str, ...] = ()
     """Names of the recipe's ``prepare`` steps that must have run first."""
+    over: tuple[Path, ...] = ()
+    """Configs layered under ``config``, in order (``--config`` each, then ``config``)."""
+    float16_of: str | None = None
+    """The stage whose output, in float16, is this stage's input (written when missing)."""
 
 
 @dataclass(frozen=True)
@@ -145,11 +151,15 @@ def load_recipe(name: str) -> Recipe:
                 step=output.get("step"),
                 shipped_in=None if output.get("shipped_in") is None else str(output["shipped_in"]),
                 needs=tuple(entry.get("needs", ())),
+                over=tuple(file.parent / name for name in entry.get("over", ())),
+                float16_of=(entry.get("input") or {}).get("float16_of"),
             )
         except (KeyError, TypeError, AttributeError) as err:
             raise RecipeError(f"{where}: missing or malformed entry ({err})") from None
-        if stage.output is None or not config.is_file():
-            raise RecipeError(f"{where}: no output, or its config {config} does not exist")
+        if stage.output is None or not all(c.is_file() for c in (*stage.over, config)):
+            raise RecipeError(f"{where}: no output, or its config {config} (or one under it) does not exist")
+        if stage.float16_of is not None and stage.float16_of not in {s.name for s in stages}:
+            raise RecipeError(f"{where}: input float16_of {stage.float16_of!r} is not a stage before it")
         unknown = set(stage.needs) - set(raw.get("prepare") or {})
         if unknown:
             raise RecipeError(f"{where}: needs {sorted(unknown)}, which the recipe does not prepare")
@@ -217,11 +227,12 @@ def plan(recipe: Recipe) -> str:
     for stage in recipe.stages:
         source = "none (from scratch)"
         if stage.input is not None:
-            source = f"{stage.input.path}\n{'':9}sha256 {stage.input.sha256 or 'not recorded'}"
+            cast = f" ({stage.float16_of}'s output in float16)" if stage.float16_of else ""
+            source = f"{stage.input.path}{cast}\n{'':9}sha256 {stage.input.sha256 or 'not recorded'}"
         shipped = f", shipped in {stage.shipped_in}" if stage.shipped_in else ""
         lines += [
             f"{stage.name}",
-            f"  config {_shown(stage.config)}"
+            f"  config {' over '.join(_shown(c) for c in (stage.config, *reversed(stage.over)))}"
             + (f" (needs {', '.join(stage.needs)})" if stage.needs else ""),
             f"  input  {source}",
             f"  output {stage.output.path} ({stage.checkpoint}, step {stage.step}{shipped})",
@@ -268,8 +279,11 @@ def _train(recipe: Recipe, stage: Stage) -> int:
                 )
     from derain.fit import main as fit_main  # Lightning only when training
 
-    print(f"{stage.name}: derain fit --config {stage.config}", flush=True)
-    return fit_main(["--config", str(stage.config)], prog="derain fit")
+    args = [a for config in (*stage.over, stage.config) for a in ("--config", str(config))]
+    if stage.input is not None:  # the recipe's input, not the path the config ran with (a leg's live file)
+        args += ["--init_weights", stage.input.path]
+    print(f"{stage.name}: derain fit {' '.join(args)}", flush=True)
+    return fit_main(args, prog="derain fit")
 
 
 def _done(stage: Stage, accept_rebuilt: bool) -> bool:
@@ -332,7 +346,12 @@ def _store(recipe: Recipe, accept_rebuilt: bool) -> None:
 
 
 def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
-    """Check the stage's input, train it, check its output; returns fit's status."""
+    """Check the stage's input (write it first when it is an earlier output in float16), train it, check its
+    output; returns fit's status."""
+    if stage.input is not None and stage.float16_of is not None and not Path(stage.input.path).is_file():
+        source = next(s for s in recipe.stages if s.name == stage.float16_of).output.path
+        save_float16(source, stage.input.path)
+        print(f"{stage.name}: wrote {stage.input.path}, {stage.float16_of}'s output in float16", flush=True)
     if stage.input is not None:
         try:
             check_weights(stage.input.path, stage.input.sha256, f"{stage.name}: input")
