@@ -270,3 +270,32 @@ def test_the_stored_file_is_the_last_output_in_float16_written_or_checked(
     with pytest.raises(RecipeError, match=r"would be [0-9a-f]{64} \(--accept-rebuilt writes it\)"):
         run_recipe(load_recipe(str(file)))
     assert run_recipe(load_recipe(str(file)), accept_rebuilt=True) == 0 and tensors_sha256(target) == stored
+
+
+def test_a_later_leg_layers_its_config_and_continues_from_the_earlier_output_in_float16(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    file, sha = tiny_recipe(tmp_path, None)
+    manifest = yaml.safe_load(file.read_text())
+    leg_input = tmp_path / "runs" / "a" / "float16.safetensors"
+    from derain.weights import float16_tensors
+
+    f16 = tensors_sha256(float16_tensors(read_safetensors(tmp_path / "runs" / "a" / "model.safetensors")[1]))
+    manifest["stages"][1].update(
+        over=["a.yaml"], input={"path": str(leg_input), "sha256": f16, "float16_of": "a"}
+    )
+    file.write_text(yaml.safe_dump(manifest))
+    recipe = load_recipe(str(file))
+    assert recipe.stages[1].over == (tmp_path / "a.yaml",) and recipe.stages[1].float16_of == "a"
+    assert "(a's output in float16)" in recipe_module.plan(recipe)
+    calls = []
+    monkeypatch.setattr("derain.fit.main", lambda args, prog: calls.append(args) or 3)
+    assert run_recipe(recipe) == 3  # fit's status
+    assert tensors_sha256(leg_input) == f16 != sha  # written from stage a's output before b trained
+    configs = [calls[0][i + 1] for i, a in enumerate(calls[0]) if a == "--config"]
+    assert configs == [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]  # layered: a under b
+    assert calls[0][-2:] == ["--init_weights", str(leg_input)]  # the recipe's input, whatever b.yaml says
+    manifest["stages"][1]["input"]["float16_of"] = "b"
+    file.write_text(yaml.safe_dump(manifest))
+    with pytest.raises(RecipeError, match="float16_of 'b' is not a stage before it"):
+        load_recipe(str(file))
