@@ -71,6 +71,29 @@ def test_an_arm_trains_on_raintrainl_with_its_hold_out_out(tmp_path: Path) -> No
         architectures.train("fullres2", SHARED_DATA, tmp_path, other)
 
 
+def test_heavy_arms_train_on_generated_rain_and_score_the_21_heavy_pairs(tmp_path: Path, capsys) -> None:
+    need_shared_data(SHARED_DATA / "rain200h-test-samples")
+    args = architectures.parse_args([str(tmp_path), "--data", str(SHARED_DATA), "--rain", "heavy"])
+    config = architectures.arm_config("base", SHARED_DATA, tmp_path / "base", args)
+    pairs, synthesis = config["data"]["pairs"], config["data"]["synthesis"]
+    assert "train_dirs" not in pairs and synthesis["transplant_prob"] == 0.0  # no real pair or layer
+    assert synthesis["procedural_styles"] == ["rain100h", "layered"]
+    assert pairs["val_dirs"] == [
+        str(SHARED_DATA / n) for n in ("rain100h-train-mini", "rain200h-test-samples")
+    ]
+    assert synthesis["clean_dirs"] == [str(tmp_path / "photos")]  # the pool less the 21 pairs' backgrounds
+    assert list(architectures.SETS["heavy"]) == ["heavy21"]
+    text = architectures.table({"base": {"heavy21": 24.0, "s_per_step": None}}, 800, "heavy")
+    assert (
+        "generated heavy rain (rain100h+layered)" in text and "| base | — | — | — | — | 24.00 | — |" in text
+    )
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    light = architectures.parse_args([str(tmp_path), "--data", str(SHARED_DATA)])
+    with pytest.raises(SystemExit, match="holds another budget, seed or data"):  # one OUT, one --rain
+        architectures.train("base", SHARED_DATA, tmp_path, light)
+
+
 def test_equal_cpu_time_takes_the_last_quarter_within_the_first_arms_budget() -> None:
     steps = [200, 400, 600, 800]
     assert architectures.equal_cpu_step(steps, 1.0, 800 * 1.0) == 800
@@ -83,10 +106,11 @@ def test_the_table_shows_every_column() -> None:
     d = {"mean": 0.5, "ci95": [0.1, 0.9], "std": 0.2, "wins": 30, "n": 40}
     summary = {
         "base": {"raintrainl40": 30.0, "rain200l3": 31.0, "s_per_step": 0.05, "params": 100, "infer_yd": 1.0,
-                 "step_yd": 2.0, "equal_cpu_step": 800, "equal_cpu_raintrainl40": 30.0},
-        "d32": {"raintrainl40": 30.5, "rain200l3": 31.5, "s_per_step": None, "d40": d, "d3": d},
+                 "step_yd": 2.0, "equal_cpu_step": 800, "equal_cpu": 30.0},
+        "d32": {"raintrainl40": 30.5, "rain200l3": 31.5, "s_per_step": None, "d_raintrainl40": d,
+                "d_rain200l3": d},
     }  # fmt: skip
-    text = architectures.table(summary, 800)
+    text = architectures.table(summary, 800, "light")
     assert "| base | 100 | 1.00 | 2.00 | 0.050 | 30.00 | — | 31.00 | — | 30.00 | 800 |" in text
     assert (
         "| d32 | — | — | — | — | 30.50 | +0.50 [+0.10, +0.90] | 31.50 | +0.50 [+0.10, +0.90] | — | — |"
@@ -101,6 +125,6 @@ def test_quick_trains_two_arms_and_writes_the_table(tmp_path: Path, capsys) -> N
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert list(summary["arms"]) == ["base", "loss-edge"] and summary["steps"] == 3
     assert summary["arms"]["base"]["saved_steps"] == [1, 2, 3]
-    assert "d40" in summary["arms"]["loss-edge"]
+    assert "d_raintrainl40" in summary["arms"]["loss-edge"]
     assert (tmp_path / "table.md").read_text() in capsys.readouterr().out
     assert (tmp_path / "base" / "model.safetensors").is_file()

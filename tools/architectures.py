@@ -1,29 +1,34 @@
-"""Which network learns light rain best for the same data and steps? Arms of DerainNet trained from scratch, one table.
+"""Which network learns rain best for the same data and steps? Arms of DerainNet trained from scratch, one table.
 
     DERAIN_DATA=../shared/data python tools/architectures.py runs/architectures                    # every arm
     python tools/architectures.py runs/arch --data ../shared/data --arms base stride1-d16 fullres --jobs 3
     python tools/architectures.py runs/arch-quick --quick                  # smoke test: 2 arms, 3 steps, 32 px
+    python tools/architectures.py runs/arch-heavy --rain heavy             # generated heavy rain, 21 real pairs
 
 Every arm (``ARMS``: DerainNet ``init_args`` and a loss) trains from scratch through ``python -m derain.fit`` with
 one budget: ``--steps`` of ``--batch`` × ``--patch``², seed 0, lr 8e-4 after 100 warm-up steps, ``--precision``,
 ``trainer.accelerator: auto`` (a GPU where there is one). The data are the recipe's light rain: RainTrainL's
 training split (``$DERAIN_DATA/raintrainl``; its seeded 20 % hold-out, 40 pairs, data seed 0, stays out) as pairs,
 and its training rain layers transplanted onto the BSDS500 photos (``clean/bsds500-leakfree``; photos showing a
-held-out background leave the pool, by content, in the data module). Each arm validates and keeps a checkpoint
-at every quarter of the budget.
+held-out background leave the pool, by content, in the data module). With ``--rain heavy`` the data are
+``tools/generators.py``'s generated heavy rain instead (its ``rain100h+layered`` arm: styles ``rain100h`` and
+``layered``, one drawn a sample, no real pair or layer) on the BSDS photos that show none of the 21 real heavy
+pairs' backgrounds. Each arm validates and keeps a checkpoint at every quarter of the budget.
 
-Scores: RainTrainL's held-out 40 and Rain200L's 3 pairs (``rain200l-samples``), full images, per pair (MATLAB-Y
-PSNR of 8-bit outputs, ``derain.evaluate``), and paired differences arm − first arm with a 95 % bootstrap interval
-(over the 40). Costs: parameters; inference yardsticks (one forward of a 321×481 photo on the CPU, 2 threads,
+Scores, full images, per pair (MATLAB-Y PSNR of 8-bit outputs, ``derain.evaluate``), and paired differences arm −
+first arm with a 95 % bootstrap interval: RainTrainL's held-out 40 and Rain200L's 3 pairs (``rain200l-samples``);
+with ``--rain heavy`` the 21 real heavy pairs (Rain100H's 18, Rain200H's 3: none seen in training). Costs: parameters; inference yardsticks (one forward of a 321×481 photo on the CPU, 2 threads,
 divided by the yardstick: 10 convs 48→48 3×3 on a 321×481 map, timed beside it); step yardsticks (a training
 forward + backward of 8×3×128² on the CPU, 2 threads); seconds a step of the arm's own run (from its quarter
 checkpoints' times: steps between the first and the last quarter, with their validations; with ``--jobs`` the
-arms share the machine). **Equal CPU time**: each arm's RainTrainL-40 score at the last quarter checkpoint whose
+arms share the machine). **Equal CPU time**: each arm's score on the first set (RainTrainL's 40, or the 21 heavy
+pairs) at the last quarter checkpoint whose
 CPU cost (steps × step yardsticks) does not exceed the first arm's full budget (the step used is shown).
 
 An arm's folder ``OUT/ARM`` holds its config, its Lightning run, ``scores.json`` and ``costs.json``; a finished arm
 is not trained again, an interrupted one resumes from its last quarter. Prints the table (also ``OUT/table.md``)
-and one ``RESULT {...}`` JSON line; ``OUT/summary.json`` has the same (written atomically).
+and one ``RESULT {...}`` JSON line; ``OUT/summary.json`` has the same (written atomically). One ``OUT`` holds one
+budget and one ``--rain``: an arm's folder made under another stops the tool with one line.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from generators import HEAVY, photo_folder
 from research import add_data_argument, held_out, load_weights, paired_difference, train_run, write_result
 
 from derain.evaluate import evaluate
@@ -73,6 +79,14 @@ ARMS: dict[str, dict[str, Any]] = {
     },  # today's network, Charbonnier + 0.05 × L1 of the FFT difference
 }
 QUICK_ARMS = ("base", "loss-edge")
+GENERATED = ("rain100h", "layered")
+"""The generated heavy rain of ``--rain heavy``: tools/generators.py's ``rain100h+layered`` arm."""
+SETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "light": {"raintrainl40": (LIGHT,), "rain200l3": (RAIN200L,)},
+    "heavy": {"heavy21": HEAVY},
+}
+"""The scored sets of each ``--rain``, by label: their folders under ``$DERAIN_DATA`` (RainTrainL: its held-out 40
+only). The first set is the one paired over for the equal-CPU-time column."""
 
 
 def net_args(arm: str) -> dict[str, Any]:
@@ -97,6 +111,28 @@ def arm_config(arm: str, data: Path, run: Path, args: argparse.Namespace) -> dic
     """The LightningCLI config of one arm (see the module docstring)."""
     light = str(data / LIGHT)
     every = quarter(args.steps)
+    pairs: dict[str, Any] = {
+        "train_dirs": [light],
+        "val_from": [light],
+        "val_fraction": 0.2,
+        "val_dirs": [str(data / RAIN200L)],
+    }
+    synthesis: dict[str, Any] = {
+        "clean_dirs": [str(data / PHOTOS)],
+        "length": 1000,
+        "transplant_prob": 1.0,
+        "transplant_from": [light],
+    }
+    if args.rain == "heavy":  # generated rain only, on the photos that show no heavy pair's background
+        photos, _, _ = photo_folder(data, run.parent)
+        pairs = {"val_dirs": [str(data / name) for name in HEAVY]}
+        synthesis = {
+            "clean_dirs": [str(photos)],
+            "length": 1000,
+            "val_length": 0,
+            "transplant_prob": 0.0,
+            "procedural_styles": list(GENERATED),
+        }
     return {
         "seed_everything": 0,
         "trainer": {
@@ -120,18 +156,8 @@ def arm_config(arm: str, data: Path, run: Path, args: argparse.Namespace) -> dic
             "warmup_steps": 100,
         },
         "data": {
-            "pairs": {
-                "train_dirs": [light],
-                "val_from": [light],
-                "val_fraction": 0.2,
-                "val_dirs": [str(data / RAIN200L)],
-            },
-            "synthesis": {
-                "clean_dirs": [str(data / PHOTOS)],
-                "length": 1000,
-                "transplant_prob": 1.0,
-                "transplant_from": [light],
-            },
+            "pairs": pairs,
+            "synthesis": synthesis,
             "patch_size": args.patch,
             "batch_size": args.batch,
             "num_workers": args.workers,
@@ -171,20 +197,23 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def score_weights(weights: Path, data: Path) -> list[dict]:
-    """Per-pair PSNR-Y/SSIM-Y of weights on RainTrainL's held-out pairs and Rain200L's."""
+def score_weights(weights: Path, data: Path, rain: str) -> list[dict]:
+    """Per-pair PSNR-Y/SSIM-Y of weights on the sets of ``rain`` (``SETS``), each row labelled with its set."""
     (model,) = load_weights([str(weights)])
     model = model.to(device())
     rows = []
-    for name, names in ((LIGHT, {r.name for r, _ in held_out(data / LIGHT)}), (RAIN200L, None)):
-        folder = data / name
-        with torch.inference_mode():
-            found, _, problems = evaluate(folder / "rain", folder / "norain", model=model, names=names)
-        if problems:
-            raise SystemExit(f"error: {folder}: {'; '.join(problems)}")
-        rows += [
-            {"set": name, "pair": r["name"], "psnr_y": r["psnr_y"], "ssim_y": r["ssim_y"]} for r in found
-        ]
+    for label, folders in SETS[rain].items():
+        for name in folders:
+            folder = data / name
+            names = {r.name for r, _ in held_out(folder)} if name == LIGHT else None
+            with torch.inference_mode():
+                found, _, problems = evaluate(folder / "rain", folder / "norain", model=model, names=names)
+            if problems:
+                raise SystemExit(f"error: {folder}: {'; '.join(problems)}")
+            rows += [
+                {"set": label, "pair": f"{name}/{r['name']}", "psnr_y": r["psnr_y"], "ssim_y": r["ssim_y"]}
+                for r in found
+            ]
     return rows
 
 
@@ -201,9 +230,9 @@ def cached(path: Path, compute) -> Any:
 def run_arm(arm: str, data: Path, out: Path, args: argparse.Namespace) -> dict:
     """Train and score one arm: its per-pair scores, its quarter steps and its seconds a step."""
     weights = train(arm, data, out, args)
-    rows = cached(weights.parent / "scores.json", lambda: score_weights(weights, data))
+    rows = cached(weights.parent / "scores.json", lambda: score_weights(weights, data, args.rain))
     for step in sorted(checkpoints(weights.parent))[:-1]:  # scored now: a run stopped later keeps them
-        score_at(arm, step, data, out)
+        score_at(arm, step, data, out, args.rain)
     print(f"[{arm}] scored {len(rows)} pairs, and its earlier checkpoints", flush=True)
     return {
         "rows": rows,
@@ -212,14 +241,14 @@ def run_arm(arm: str, data: Path, out: Path, args: argparse.Namespace) -> dict:
     }
 
 
-def score_at(arm: str, step: int, data: Path, out: Path) -> list[dict]:
+def score_at(arm: str, step: int, data: Path, out: Path, rain: str) -> list[dict]:
     """Per-pair scores of an arm's quarter checkpoint (exported beside it once; cached)."""
     run = out / arm
     weights = run / f"step-{step}.safetensors"
     if not weights.is_file():
         with atomic_output(weights) as tmp:
             export_checkpoint(checkpoints(run)[step], tmp)
-    return cached(run / f"scores-step-{step}.json", lambda: score_weights(weights, data))
+    return cached(run / f"scores-step-{step}.json", lambda: score_weights(weights, data, rain))
 
 
 # costs, measured in this process on the CPU
@@ -298,29 +327,29 @@ def equal_cpu_step(steps: list[int], arm_yd: float, base_budget_yd: float) -> in
     return max(fitting) if fitting else None
 
 
-def summarise(results: dict[str, dict], cost: dict[str, dict], data: Path, out: Path, budget: int) -> dict:
+def summarise(
+    results: dict[str, dict], cost: dict[str, dict], data: Path, out: Path, budget: int, rain: str
+) -> dict:
+    """Each arm's means per set (``SETS[rain]``'s labels), paired differences (``d_LABEL``), costs, and its first
+    set's score at equal CPU time."""
     first = next(iter(results))
     base_rows = results[first]["rows"]
+    primary = next(iter(SETS[rain]))
     summary = {}
     for arm, result in results.items():
         rows = result["rows"]
-        entry: dict[str, Any] = {
-            "raintrainl40": mean(rows, LIGHT),
-            "rain200l3": mean(rows, RAIN200L),
-            "s_per_step": result["s_per_step"],
-            "saved_steps": result["steps"],
-        }
+        entry: dict[str, Any] = {label: mean(rows, label) for label in SETS[rain]}
+        entry |= {"s_per_step": result["s_per_step"], "saved_steps": result["steps"]}
         if arm != first:
-            entry["d40"] = paired(rows, base_rows, LIGHT)
-            entry["d3"] = paired(rows, base_rows, RAIN200L)
+            entry |= {f"d_{label}": paired(rows, base_rows, label) for label in SETS[rain]}
         if arm in cost:
             entry |= cost[arm]
             if first in cost:
                 step = equal_cpu_step(result["steps"], cost[arm]["step_yd"], budget * cost[first]["step_yd"])
                 entry["equal_cpu_step"] = step
                 if step is not None:
-                    at = rows if step == budget else score_at(arm, step, data, out)
-                    entry["equal_cpu_raintrainl40"] = mean(at, LIGHT)
+                    at = rows if step == budget else score_at(arm, step, data, out, rain)
+                    entry["equal_cpu"] = mean(at, primary)
         summary[arm] = entry
     return summary
 
@@ -331,26 +360,30 @@ def interval(d: dict | None) -> str:
     return f"{d['mean']:+.2f} [{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}]"
 
 
-def table(summary: dict, budget: int) -> str:
-    first = next(iter(summary))
+def table(summary: dict, budget: int, rain: str) -> str:
+    first, labels = next(iter(summary)), list(SETS[rain])
+    data = (
+        "RainTrainL's training split" if rain == "light" else f"generated heavy rain ({'+'.join(GENERATED)})"
+    )
     lines = [
-        f"Arms trained {budget} steps from scratch on RainTrainL's training split; Δ = arm − {first} "
+        f"Arms trained {budget} steps from scratch on {data}; Δ = arm − {first} "
         "(paired, 95 % bootstrap interval); PSNR-Y in dB; yd = yardsticks (CPU, 2 threads).",
         "",
-        "| arm | params | infer yd | step yd | s/step (run) | RainTrainL-40 | Δ40 | Rain200L-3 | Δ3 "
-        "| equal CPU time: RainTrainL-40 | at step |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|",
+        "| arm | params | infer yd | step yd | s/step (run) | "
+        + " | ".join(f"{label} | Δ" for label in labels)
+        + f" | equal CPU time: {labels[0]} | at step |",
+        "|---|---:|---:|---:|---:|" + "---:|---|" * len(labels) + "---:|---:|",
     ]
 
     def num(value, fmt):
         return "—" if value is None else format(value, fmt)
 
     for arm, s in summary.items():
+        sets = " | ".join(f"{s[label]:.2f} | {interval(s.get(f'd_{label}'))}" for label in labels)
         lines.append(
             f"| {arm} | {num(s.get('params'), ',')} | {num(s.get('infer_yd'), '.2f')} | "
-            f"{num(s.get('step_yd'), '.2f')} | {num(s['s_per_step'], '.3f')} | {s['raintrainl40']:.2f} | "
-            f"{interval(s.get('d40'))} | {s['rain200l3']:.2f} | {interval(s.get('d3'))} | "
-            f"{num(s.get('equal_cpu_raintrainl40'), '.2f')} | {num(s.get('equal_cpu_step'), 'd')} |"
+            f"{num(s.get('step_yd'), '.2f')} | {num(s['s_per_step'], '.3f')} | {sets} | "
+            f"{num(s.get('equal_cpu'), '.2f')} | {num(s.get('equal_cpu_step'), 'd')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -359,12 +392,13 @@ def table(summary: dict, budget: int) -> str:
 
 
 def quick_data(data: Path, out: Path) -> Path:
-    """``OUT/quick-data``: links to 10 RainTrainL pairs, 1 Rain200L pair and 12 BSDS photos (made once)."""
+    """``OUT/quick-data``: links to 10 RainTrainL pairs, 1 Rain200L pair, 2 pairs of each heavy folder and 12 BSDS
+    photos (made once)."""
     folder = out / "quick-data"
     if folder.is_dir():
         return folder
     tmp = out / ".quick-data.partial"
-    for name, count in ((LIGHT, 10), (RAIN200L, 1)):
+    for name, count in ((LIGHT, 10), (RAIN200L, 1), *((name, 2) for name in HEAVY)):
         for rain, clean in find_pairs(data / name)[:count]:
             for path, kind in ((rain, "rain"), (clean, "norain")):
                 link = tmp / name / kind / path.name
@@ -397,6 +431,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="the trainer's precision (default: what precision: auto picks here, derain.train.precision)",
     )
+    parser.add_argument(
+        "--rain",
+        choices=tuple(SETS),
+        default="light",
+        help="light: RainTrainL's pairs and layers, scored on its 40 and Rain200L's 3 (default); heavy: "
+        "generated heavy rain only, scored on the 21 real heavy pairs",
+    )
     parser.add_argument("--workers", type=int, default=2, help="data loader workers of each arm's run")
     parser.add_argument("--jobs", type=int, default=1, help="arms trained at once (subprocesses)")
     parser.add_argument("--no-costs", action="store_true", help="skip the CPU cost measurements")
@@ -424,7 +465,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(
             "set --data or $DERAIN_DATA to the folder that holds the data sets (e.g. ../shared/data)"
         )
-    for name in (LIGHT, RAIN200L, PHOTOS):
+    needed = (LIGHT, RAIN200L, PHOTOS) if args.rain == "light" else (*HEAVY, PHOTOS)
+    for name in needed:
         if not (args.data / name).is_dir():
             parser.error(f"{args.data / name} is missing (--data {args.data}): the arms need {name}")
     return args
@@ -434,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     data = quick_data(args.data, args.out) if args.quick else args.data
+    if args.rain == "heavy":
+        photo_folder(data, args.out)  # made once, before the arms' threads each look for it
     lock = threading.Lock()
     results: dict[str, dict] = {}
 
@@ -449,12 +493,12 @@ def main(argv: list[str] | None = None) -> int:
         for future in futures:
             future.result()
     ordered = {arm: results[arm] for arm in args.arms}
-    summary = summarise(ordered, cost, data, args.out, args.steps)
-    text = table(summary, args.steps)
+    summary = summarise(ordered, cost, data, args.out, args.steps, args.rain)
+    text = table(summary, args.steps, args.rain)
     print(text)
     with atomic_output(args.out / "table.md") as tmp:
         tmp.write_text(text)
-    result = {k: getattr(args, k) for k in ("steps", "batch", "patch", "precision", "jobs", "quick")}
+    result = {k: getattr(args, k) for k in ("rain", "steps", "batch", "patch", "precision", "jobs", "quick")}
     result |= {"device": device(), "arms": summary}
     write_result(args.out / "summary.json", result)
     return 0
