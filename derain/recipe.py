@@ -4,8 +4,8 @@ A recipe is a ``recipe.yaml`` beside its stage configs (``configs/derain-small/`
 for ``derain fit`` (``over``: configs layered under it, as a later leg of a long run layers over the first), its
 input weights (given to fit as ``init_weights``) and its output weights, both named by path and by the sha256 of their
 tensors (:func:`derain.weights.tensors_sha256`). An input with ``float16_of: STAGE`` is that stage's output stored in
-float16, as a long run's legs continue from their committed float16 file; the recipe writes it when it is missing. Running it trains each stage in
-turn, skipping a stage whose output exists with the expected hash; an input whose hash is not the one the recipe
+float16, as a long run's legs continue from their committed float16 file; the recipe writes it from that output
+(again, when the output changed). Running it trains each stage in turn, skipping a stage whose output exists with the expected hash; an input whose hash is not the one the recipe
 names stops it with one line naming both; the stages before the last one done are not needed and not trained.
 ``--plan`` prints every stage's config, input and expected output and
 where each stands. A stage that trains again gets its own hash (CPU training is not bitwise repeatable): the
@@ -129,6 +129,12 @@ def _pinned(entry: Any, where: str) -> Pinned | None:
     return Pinned(entry["path"], None if sha is None else str(sha))
 
 
+def _names(entry: Any, where: str) -> list[str]:
+    if not isinstance(entry, list) or not all(isinstance(name, str) for name in entry):
+        raise RecipeError(f"{where}: expected a list of config file names, got {entry!r}")
+    return entry
+
+
 def load_recipe(name: str) -> Recipe:
     """The recipe ``name`` (see :func:`recipe_file`).
 
@@ -151,13 +157,16 @@ def load_recipe(name: str) -> Recipe:
                 step=output.get("step"),
                 shipped_in=None if output.get("shipped_in") is None else str(output["shipped_in"]),
                 needs=tuple(entry.get("needs", ())),
-                over=tuple(file.parent / name for name in entry.get("over", ())),
+                over=tuple(file.parent / name for name in _names(entry.get("over", []), f"{where}.over")),
                 float16_of=(entry.get("input") or {}).get("float16_of"),
             )
         except (KeyError, TypeError, AttributeError) as err:
             raise RecipeError(f"{where}: missing or malformed entry ({err})") from None
-        if stage.output is None or not all(c.is_file() for c in (*stage.over, config)):
-            raise RecipeError(f"{where}: no output, or its config {config} (or one under it) does not exist")
+        missing = [str(c) for c in (*stage.over, config) if not c.is_file()]
+        if stage.output is None or missing:
+            raise RecipeError(
+                f"{where}: no output, or a config it names does not exist: {', '.join(missing)}"
+            )
         if stage.float16_of is not None and stage.float16_of not in {s.name for s in stages}:
             raise RecipeError(f"{where}: input float16_of {stage.float16_of!r} is not a stage before it")
         unknown = set(stage.needs) - set(raw.get("prepare") or {})
@@ -345,13 +354,30 @@ def _store(recipe: Recipe, accept_rebuilt: bool) -> None:
     print(f"wrote {_shown(target)}: the last stage's output in float16, sha256 {expected}{note}", flush=True)
 
 
+def _write_float16_input(recipe: Recipe, stage: Stage) -> None:
+    """Write a stage's input from the earlier output it is the float16 of, unless it is that already (an output
+    trained again gives another input); without that output, the input stays as it is, to be checked."""
+    source = Path(next(s for s in recipe.stages if s.name == stage.float16_of).output.path)
+    target = Path(stage.input.path)  # type: ignore[union-attr]
+    if not source.is_file():
+        return
+    try:
+        expected = tensors_sha256(float16_tensors(read_safetensors(source)[1]))
+        if target.is_file() and tensors_sha256(target) == expected:
+            return
+        save_float16(source, target)
+    except WeightsError as err:
+        raise RecipeError(f"{stage.name}: its input, {stage.float16_of}'s output in float16: {err}") from None
+    print(
+        f"{stage.name}: wrote {target}, {stage.float16_of}'s output in float16, sha256 {expected}", flush=True
+    )
+
+
 def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
     """Check the stage's input (write it first when it is an earlier output in float16), train it, check its
     output; returns fit's status."""
-    if stage.input is not None and stage.float16_of is not None and not Path(stage.input.path).is_file():
-        source = next(s for s in recipe.stages if s.name == stage.float16_of).output.path
-        save_float16(source, stage.input.path)
-        print(f"{stage.name}: wrote {stage.input.path}, {stage.float16_of}'s output in float16", flush=True)
+    if stage.input is not None and stage.float16_of is not None:
+        _write_float16_input(recipe, stage)
     if stage.input is not None:
         try:
             check_weights(stage.input.path, stage.input.sha256, f"{stage.name}: input")

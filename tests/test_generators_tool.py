@@ -10,6 +10,8 @@ import yaml
 from helpers import SHARED_DATA, need_shared_data
 from test_real_rain import tool
 
+from derain.io import list_images
+
 generators = tool("generators")
 
 
@@ -70,6 +72,6 @@ def test_generated_arms_see_no_real_heavy_layer_and_the_reference_sees_14(tmp_pa
 def test_the_photos_leave_out_every_heavy_background(tmp_path: Path) -> None:
     need_shared_data(SHARED_DATA / "clean" / "bsds500-leakfree")
     folder, kept, left = generators.photo_folder(SHARED_DATA, tmp_path)
-    photos = generators.list_images(SHARED_DATA / generators.PHOTOS, recursive=True)
+    photos = list_images(SHARED_DATA / generators.PHOTOS, recursive=True)
     assert left >= 9 and kept + left == len(photos)  # 9 of Rain100H's 18 backgrounds are BSDS photos
     assert len(list(folder.iterdir())) == kept

@@ -16,7 +16,7 @@ from helpers import tiny_net
 from derain import recipe as recipe_module
 from derain.fit import main as fit_main
 from derain.recipe import RecipeError, load_recipe, main, run_recipe
-from derain.weights import packaged_weights, read_safetensors, save_net, tensors_sha256
+from derain.weights import float16_tensors, packaged_weights, read_safetensors, save_net, tensors_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = load_recipe("derain-small")
@@ -177,7 +177,7 @@ def test_a_missing_recipe_or_stage_config_names_it(tmp_path, capsys) -> None:
     (tmp_path / "recipe.yaml").write_text(
         "stages:\n- {name: a, config: gone.yaml, output: {path: x, sha256: null}}\n"
     )
-    with pytest.raises(RecipeError, match="gone.yaml does not exist"):
+    with pytest.raises(RecipeError, match="a config it names does not exist: .*gone.yaml"):
         load_recipe(str(tmp_path))
 
 
@@ -278,8 +278,6 @@ def test_a_later_leg_layers_its_config_and_continues_from_the_earlier_output_in_
     file, sha = tiny_recipe(tmp_path, None)
     manifest = yaml.safe_load(file.read_text())
     leg_input = tmp_path / "runs" / "a" / "float16.safetensors"
-    from derain.weights import float16_tensors
-
     f16 = tensors_sha256(float16_tensors(read_safetensors(tmp_path / "runs" / "a" / "model.safetensors")[1]))
     manifest["stages"][1].update(
         over=["a.yaml"], input={"path": str(leg_input), "sha256": f16, "float16_of": "a"}
@@ -295,7 +293,23 @@ def test_a_later_leg_layers_its_config_and_continues_from_the_earlier_output_in_
     configs = [calls[0][i + 1] for i, a in enumerate(calls[0]) if a == "--config"]
     assert configs == [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]  # layered: a under b
     assert calls[0][-2:] == ["--init_weights", str(leg_input)]  # the recipe's input, whatever b.yaml says
-    manifest["stages"][1]["input"]["float16_of"] = "b"
-    file.write_text(yaml.safe_dump(manifest))
-    with pytest.raises(RecipeError, match="float16_of 'b' is not a stage before it"):
-        load_recipe(str(file))
+    out_a = tmp_path / "runs" / "a" / "model.safetensors"
+    save_net(tiny_net(seed=7), out_a)  # stage a trained again: its float16 is another input, written anew
+    assert run_recipe(recipe, accept_rebuilt=True) == 3
+    assert f"b: input {leg_input}: tensors sha256" in capsys.readouterr().out  # not the pinned one: accepted
+    assert tensors_sha256(leg_input) == tensors_sha256(float16_tensors(read_safetensors(out_a)[1]))
+    out_a.write_bytes(b"not weights")
+    with pytest.raises(RecipeError, match="b: its input, a's output in float16: "):
+        run_recipe(recipe, accept_rebuilt=True)
+    for key, value, message in (
+        ("float16_of", "b", "float16_of 'b' is not a stage before it"),
+        ("over", "a.yaml", "expected a list of config file names"),
+        ("over", ["gone.yaml"], "does not exist: .*gone.yaml"),
+    ):
+        stage = yaml.safe_load(file.read_text())["stages"][1]
+        (stage["input"] if key == "float16_of" else stage)[key] = value
+        broken = yaml.safe_load(file.read_text())
+        broken["stages"][1] = stage
+        (tmp_path / "broken.yaml").write_text(yaml.safe_dump(broken))
+        with pytest.raises(RecipeError, match=message):
+            load_recipe(str(tmp_path / "broken.yaml"))

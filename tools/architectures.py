@@ -45,8 +45,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from generators import HEAVY, photo_folder
-from research import add_data_argument, held_out, load_weights, paired_difference, train_run, write_result
+from research import (
+    HEAVY,
+    PHOTOS,
+    add_data_argument,
+    held_out,
+    load_weights,
+    paired_difference,
+    photo_folder,
+    train_run,
+    write_result,
+)
 
 from derain.evaluate import evaluate
 from derain.inference.timing import yardstick
@@ -57,7 +66,7 @@ from derain.train.lit import LOSSES
 from derain.train.precision import auto_precision
 from derain.weights import export_checkpoint
 
-LIGHT, RAIN200L, PHOTOS = "raintrainl", "rain200l-samples", "clean/bsds500-leakfree"
+LIGHT, RAIN200L = "raintrainl", "rain200l-samples"
 SIZE = (321, 481)  # a Rain100H/BSDS photo (H×W)
 STEP_SHAPE = (8, 3, 128, 128)  # the step yardstick's batch
 THREADS = 2
@@ -309,7 +318,10 @@ def measure_costs(arms: list[str], out: Path, repeats: int) -> dict[str, dict]:
 
 
 def mean(rows: list[dict], name: str) -> float:
-    return float(np.mean([r["psnr_y"] for r in rows if r["set"] == name]))
+    values = [r["psnr_y"] for r in rows if r["set"] == name]
+    if not values:  # scores cached by an older version of this tool, under other labels
+        raise SystemExit(f"error: no scores of {name} in an arm's cache; delete OUT/*/scores*.json and rerun")
+    return float(np.mean(values))
 
 
 def paired(rows: list[dict], base: list[dict], name: str) -> dict:
@@ -391,14 +403,15 @@ def table(summary: dict, budget: int, rain: str) -> str:
 # the command line
 
 
-def quick_data(data: Path, out: Path) -> Path:
-    """``OUT/quick-data``: links to 10 RainTrainL pairs, 1 Rain200L pair, 2 pairs of each heavy folder and 12 BSDS
-    photos (made once)."""
-    folder = out / "quick-data"
+def quick_data(data: Path, out: Path, rain: str) -> Path:
+    """``OUT/quick-data-RAIN``: links to 12 BSDS photos and 10 RainTrainL pairs and 1 Rain200L pair, or with
+    ``rain`` heavy 2 pairs of each heavy folder (made once)."""
+    folder = out / f"quick-data-{rain}"
     if folder.is_dir():
         return folder
-    tmp = out / ".quick-data.partial"
-    for name, count in ((LIGHT, 10), (RAIN200L, 1), *((name, 2) for name in HEAVY)):
+    tmp = out / f".quick-data-{rain}.partial"
+    counts = ((LIGHT, 10), (RAIN200L, 1)) if rain == "light" else tuple((name, 2) for name in HEAVY)
+    for name, count in counts:
         for rain, clean in find_pairs(data / name)[:count]:
             for path, kind in ((rain, "rain"), (clean, "norain")):
                 link = tmp / name / kind / path.name
@@ -475,7 +488,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    data = quick_data(args.data, args.out) if args.quick else args.data
+    data = quick_data(args.data, args.out, args.rain) if args.quick else args.data
     if args.rain == "heavy":
         photo_folder(data, args.out)  # made once, before the arms' threads each look for it
     lock = threading.Lock()

@@ -30,17 +30,23 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from research import add_data_argument, held_out, load_weights, paired_difference, train_run, write_result
+from research import (
+    HEAVY,
+    PHOTOS,
+    add_data_argument,
+    held_out,
+    load_weights,
+    paired_difference,
+    photo_folder,
+    train_run,
+    write_result,
+)
 
-from derain.data.overlap import leave_out_shown, signatures
 from derain.evaluate import evaluate
-from derain.io import atomic_output, list_images
+from derain.io import atomic_output
 from derain.pairing import find_pairs
 from derain.synth import RAIN_STYLES
 
-HEAVY = ("rain100h-train-mini", "rain200h-test-samples")
-"""The folders of the 21 real heavy pairs, under ``$DERAIN_DATA``."""
-PHOTOS = "clean/bsds500-leakfree"
 REFERENCE = "real14"
 VAL_FRACTION = 0.2
 """The recipe's seeded hold-out of Rain100H's pairs (``val_from``, ``val_fraction``, data seed 0): 4 of 18."""
@@ -63,24 +69,6 @@ def honest_names(data: Path) -> dict[str, set[str]]:
     """Rainy file names, per heavy folder, of the pairs no arm trains on."""
     held = {rain.name for rain, _ in held_out(data / HEAVY[0])}
     return {HEAVY[0]: held, HEAVY[1]: {rain.name for rain, _ in find_pairs(data / HEAVY[1])}}
-
-
-def photo_folder(data: Path, out: Path) -> tuple[Path, int, int]:
-    """``OUT/photos``: links to the BSDS photos that show none of the 21 pairs' backgrounds (made once)."""
-    folder = out / "photos"
-    photos = list_images(data / PHOTOS, recursive=True)
-    if not folder.is_dir():
-        backgrounds = [clean for name in HEAVY for _, clean in find_pairs(data / name)]
-        kept, _ = leave_out_shown(photos, signatures(photos), [signatures(backgrounds)])
-        tmp = out / ".photos.partial"
-        tmp.mkdir(parents=True, exist_ok=True)
-        for photo in kept:
-            link = tmp / photo.name
-            if not link.exists():
-                link.symlink_to(photo.resolve())
-        tmp.rename(folder)
-    kept = len(list_images(folder))
-    return folder, kept, len(photos) - kept
 
 
 def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Namespace) -> dict:

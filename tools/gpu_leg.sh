@@ -11,7 +11,8 @@
 # DERAIN_COMMIT (expanded here, e.g. the run's command `DERAIN_COMMIT=<git rev-parse HEAD> bash tools/gpu_leg.sh`)
 # or the weights' provenance names the wrong one (leg 1's had to be corrected).
 #   OUT=/tmp/out bash tools/gpu_leg.sh                                  # leg 1 + the arms, ~9.5 minutes
-#   LEG=leg2 ARMS=0 bash tools/gpu_leg.sh                               # leg 2 (configs/derain-base/leg2.yaml, CPU-sized)
+#   LEG=legN ARMS=0 bash tools/gpu_leg.sh                               # configs/derain-base/legN.yaml over leg 1's
+#   (leg2.yaml ran on a CPU at 2 x 256²: a GPU leg's config sets its own batch, as leg 1's 16 x 256²)
 #   LEG_OVERLAY=/tmp/cpu.yaml ARMS_ARGS=--quick bash tools/gpu_leg.sh   # a smoke test on a CPU
 set -uo pipefail
 cd "$(dirname "$0")/.."

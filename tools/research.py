@@ -1,5 +1,6 @@
 """What the research tools share: the data folder, loading weights to compare, the recipe's seeded hold-out,
-paired differences, the printed report, and one training run of an arm through ``derain.fit``.
+paired differences, the printed report, one training run of an arm through ``derain.fit``, and the photos that
+show none of the 21 real heavy pairs' backgrounds.
 
 The tools import it as ``research``: a script's own folder is the first entry of ``sys.path`` (``python
 tools/paired.py`` from any folder), so no tool imports another one, and nothing depends on the working folder.
@@ -21,14 +22,19 @@ import yaml
 
 from derain import load_model
 from derain.data.options import DATA_VARIABLE
+from derain.data.overlap import leave_out_shown, signatures
 from derain.data.split import seeded_share
 from derain.evaluate import spread
-from derain.io import atomic_output
+from derain.io import atomic_output, list_images
 from derain.pairing import Pair, find_pairs
 from derain.weights import WeightsError
 
 VAL_FRACTION, DATA_SEED = 0.2, 0
 """The shipped recipe's validation hold-out (``val_fraction``, data ``seed``: configs/derain-small/stage1.yaml)."""
+HEAVY = ("rain100h-train-mini", "rain200h-test-samples")
+"""The folders of the 21 real heavy pairs, under ``$DERAIN_DATA``."""
+PHOTOS = "clean/bsds500-leakfree"
+"""The BSDS500 photo pool, under ``$DERAIN_DATA``."""
 
 
 def add_data_argument(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -71,6 +77,24 @@ def held_out(folder: Path) -> list[Pair]:
     """The pairs of ``folder`` that the recipe's seeded hold-out keeps for validation (``val_from``)."""
     pairs = find_pairs(folder)
     return [pairs[i] for i in seeded_share(len(pairs), VAL_FRACTION, DATA_SEED)]
+
+
+def photo_folder(data: Path, out: Path) -> tuple[Path, int, int]:
+    """``OUT/photos``: links to the BSDS photos that show none of the 21 pairs' backgrounds (made once)."""
+    folder = out / "photos"
+    photos = list_images(data / PHOTOS, recursive=True)
+    if not folder.is_dir():
+        backgrounds = [clean for name in HEAVY for _, clean in find_pairs(data / name)]
+        kept, _ = leave_out_shown(photos, signatures(photos), [signatures(backgrounds)])
+        tmp = out / ".photos.partial"
+        tmp.mkdir(parents=True, exist_ok=True)
+        for photo in kept:
+            link = tmp / photo.name
+            if not link.exists():
+                link.symlink_to(photo.resolve())
+        tmp.rename(folder)
+    kept = len(list_images(folder))
+    return folder, kept, len(photos) - kept
 
 
 def paired_difference(values: Sequence[float], base: Sequence[float]) -> dict:
