@@ -14,6 +14,7 @@
 #   LEG=legN ARMS=0 bash tools/gpu_leg.sh                               # configs/derain-base/legN.yaml over leg 1's
 #   (leg2.yaml ran on a CPU at 2 x 256²: a GPU leg's config sets its own batch, as leg 1's 16 x 256²)
 #   LEG_OVERLAY=/tmp/cpu.yaml ARMS_ARGS=--quick bash tools/gpu_leg.sh   # a smoke test on a CPU
+#   LEG=legN ARMS_ARGS="--rain heavy" bash tools/gpu_leg.sh             # a leg beside the heavy-rain arms
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 NO_ALBUMENTATIONS_UPDATE=1 GRADIO_ANALYTICS_ENABLED=False OMP_NUM_THREADS=2
