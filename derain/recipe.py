@@ -5,12 +5,12 @@ for ``derain fit`` (``over``: configs layered under it, as a later leg of a long
 input weights (given to fit as ``init_weights``) and its output weights, both named by path and by the sha256 of their
 tensors (:func:`derain.weights.tensors_sha256`). An input with ``float16_of: STAGE`` is that stage's output stored in
 float16, as a long run's legs continue from their committed float16 file; the recipe writes it from that output
-(again, when the output changed). Running it trains each stage in turn, skipping a stage whose output exists with the expected hash; an input whose hash is not the one the recipe
-names stops it with one line naming both; the stages before the last one done are not needed and not trained.
-``--plan`` prints every stage's config, input and expected output and
-where each stands. A stage that trains again gets its own hash (CPU training is not bitwise repeatable): the
-recipe stops there and says so, and ``--accept-rebuilt`` goes on from the rebuilt weights. ``--restore`` takes a
-missing output from the git commit that shipped it, when the recipe names one.
+(again, when the output changed). Running it trains each stage in turn, skipping a stage whose output exists with
+the expected hash; an input whose hash is not the one the recipe names stops it with one line naming both; the
+stages before the last one done are not needed and not trained. ``--plan`` prints every stage's config, input and
+expected output and where each stands. A stage that trains again gets its own hash (CPU training is not bitwise
+repeatable): the recipe stops there and says so, and ``--accept-rebuilt`` goes on from the rebuilt weights.
+``--restore`` takes a missing output from the git commit that shipped it, when the recipe names one.
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ def _store(recipe: Recipe, accept_rebuilt: bool) -> None:
     if stored is None:
         return
     target, output = SOURCE / stored.path, recipe.stages[-1].output.path
-    expected = tensors_sha256(float16_tensors(read_safetensors(output)[1]))
+    expected = _float16_sha256(output)
     if target.is_file() and tensors_sha256(target) == expected:
         print(f"{_shown(target)}: the last stage's output in float16, sha256 {expected}", flush=True)
         return
@@ -354,6 +354,11 @@ def _store(recipe: Recipe, accept_rebuilt: bool) -> None:
     print(f"wrote {_shown(target)}: the last stage's output in float16, sha256 {expected}{note}", flush=True)
 
 
+def _float16_sha256(path: str | Path) -> str:
+    """The tensors sha256 that ``path``'s weights have once stored in float16 (:func:`save_float16`)."""
+    return tensors_sha256(float16_tensors(read_safetensors(path)[1]))
+
+
 def _write_float16_input(recipe: Recipe, stage: Stage) -> None:
     """Write a stage's input from the earlier output it is the float16 of, unless it is that already (an output
     trained again gives another input); without that output, the input stays as it is, to be checked."""
@@ -362,7 +367,7 @@ def _write_float16_input(recipe: Recipe, stage: Stage) -> None:
     if not source.is_file():
         return
     try:
-        expected = tensors_sha256(float16_tensors(read_safetensors(source)[1]))
+        expected = _float16_sha256(source)
         if target.is_file() and tensors_sha256(target) == expected:
             return
         save_float16(source, target)

@@ -49,6 +49,7 @@ from research import (
     HEAVY,
     PHOTOS,
     add_data_argument,
+    generated_heavy_data,
     held_out,
     load_weights,
     paired_difference,
@@ -133,15 +134,7 @@ def arm_config(arm: str, data: Path, run: Path, args: argparse.Namespace) -> dic
         "transplant_from": [light],
     }
     if args.rain == "heavy":  # generated rain only, on the photos that show no heavy pair's background
-        photos, _, _ = photo_folder(data, run.parent)
-        pairs = {"val_dirs": [str(data / name) for name in HEAVY]}
-        synthesis = {
-            "clean_dirs": [str(photos)],
-            "length": 1000,
-            "val_length": 0,
-            "transplant_prob": 0.0,
-            "procedural_styles": list(GENERATED),
-        }
+        pairs, synthesis = generated_heavy_data(data, photo_folder(data, run.parent)[0], GENERATED)
     return {
         "seed_everything": 0,
         "trainer": {

@@ -34,6 +34,7 @@ from research import (
     HEAVY,
     PHOTOS,
     add_data_argument,
+    generated_heavy_data,
     held_out,
     load_weights,
     paired_difference,
@@ -73,15 +74,12 @@ def honest_names(data: Path) -> dict[str, set[str]]:
 
 def arm_config(arm: str, data: Path, photos: Path, run: Path, args: argparse.Namespace) -> dict:
     """The LightningCLI config of one arm (see the module docstring)."""
-    synthesis: dict = {"clean_dirs": [str(photos)], "length": 1000, "val_length": 0}
-    pairs: dict = {"val_dirs": [str(data / name) for name in HEAVY]}
+    pairs, synthesis = generated_heavy_data(data, photos, arm.split("+"))
     if arm == REFERENCE:
         mini = str(data / HEAVY[0])
         pairs = {"train_dirs": [mini], "val_from": [mini], "val_fraction": VAL_FRACTION, "repeat": 4}
         pairs["val_dirs"] = [str(data / HEAVY[1])]
         synthesis |= {"transplant_prob": 1.0, "transplant_from": [mini], "procedural_styles": ["heavy"]}
-    else:
-        synthesis |= {"transplant_prob": 0.0, "procedural_styles": arm.split("+")}
     return {
         "seed_everything": args.seed,
         "trainer": {

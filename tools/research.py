@@ -97,6 +97,20 @@ def photo_folder(data: Path, out: Path) -> tuple[Path, int, int]:
     return folder, kept, len(photos) - kept
 
 
+def generated_heavy_data(data: Path, photos: Path, styles: Sequence[str]) -> tuple[dict, dict]:
+    """The ``pairs`` and ``synthesis`` of a run on generated rain alone: the procedural ``styles`` on ``photos``
+    (:func:`photo_folder`), no real pair or layer, validated on the 21 real heavy pairs."""
+    pairs = {"val_dirs": [str(data / name) for name in HEAVY]}
+    synthesis = {
+        "clean_dirs": [str(photos)],
+        "length": 1000,
+        "val_length": 0,
+        "transplant_prob": 0.0,
+        "procedural_styles": list(styles),
+    }
+    return pairs, synthesis
+
+
 def paired_difference(values: Sequence[float], base: Sequence[float]) -> dict:
     """Per-item ``values − base``: mean, standard deviation, 95 % bootstrap interval, and how many are above 0."""
     diffs = [{"d": a - b} for a, b in zip(values, base, strict=True)]
