@@ -212,6 +212,7 @@ CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
     ],
     ["derain-base/leg1-gpu.yaml"],  # derain-base's run (configs/derain-base/recipe.yaml), its legs layered
     ["derain-base/leg1-gpu.yaml", "derain-base/leg2.yaml"],
+    ["derain-base/leg1-gpu.yaml", "derain-base/leg2.yaml", "derain-base/leg3.yaml"],
 ]
 
 
