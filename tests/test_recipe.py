@@ -210,9 +210,8 @@ CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
         "derain-wide/stage10b-continue.yaml",
         "derain-wide/stage10c-continue.yaml",
     ],
-    ["derain-base/leg1-gpu.yaml"],  # derain-base's run (configs/derain-base/recipe.yaml), its legs layered
-    ["derain-base/leg1-gpu.yaml", "derain-base/leg2.yaml"],
-    ["derain-base/leg1-gpu.yaml", "derain-base/leg2.yaml", "derain-base/leg3.yaml"],
+] + [  # derain-base's run (configs/derain-base/recipe.yaml): each leg's config layered over those it names
+    [f"derain-base/{c.name}" for c in (*s.over, s.config)] for s in load_recipe("derain-base").stages
 ]
 
 
