@@ -199,20 +199,26 @@ EXPERIMENTS = [  # as experiments/README.md lists them: each over a recipe stage
     ["derain-small/stage9-focused.yaml", "experiments/derain-small/stage10-arm-generator.yaml"],
     ["derain-small/stage4-rain-free.yaml", "experiments/derain-small/gpu.yaml"],
 ]
-CONFIGS = [[f"derain-small/{s.config.name}"] for s in RECIPE.stages] + [
-    ["rain100h.yaml"],
-    ["synthetic.yaml"],
-    ["derain-wide/stage10a-scratch.yaml"],  # the wide candidate (docs/history.md, "Stage 10"), not shipped
-    # its continuations, each layered over the stages before it, from the committed weights of the last
-    ["derain-wide/stage10a-scratch.yaml", "derain-wide/stage10b-continue.yaml"],
-    [
-        "derain-wide/stage10a-scratch.yaml",
-        "derain-wide/stage10b-continue.yaml",
-        "derain-wide/stage10c-continue.yaml",
-    ],
-] + [  # derain-base's run (configs/derain-base/recipe.yaml): each leg's config layered over those it names
-    [f"derain-base/{c.name}" for c in (*s.over, s.config)] for s in load_recipe("derain-base").stages
-]
+CONFIGS = (
+    [[f"derain-small/{s.config.name}"] for s in RECIPE.stages]
+    + [
+        ["rain100h.yaml"],
+        ["synthetic.yaml"],
+        [
+            "derain-wide/stage10a-scratch.yaml"
+        ],  # the wide candidate (docs/history.md, "Stage 10"), not shipped
+        # its continuations, each layered over the stages before it, from the committed weights of the last
+        ["derain-wide/stage10a-scratch.yaml", "derain-wide/stage10b-continue.yaml"],
+        [
+            "derain-wide/stage10a-scratch.yaml",
+            "derain-wide/stage10b-continue.yaml",
+            "derain-wide/stage10c-continue.yaml",
+        ],
+    ]
+    + [  # derain-base's run (configs/derain-base/recipe.yaml): each leg's config layered over those it names
+        [f"derain-base/{c.name}" for c in (*s.over, s.config)] for s in load_recipe("derain-base").stages
+    ]
+)
 
 
 def test_every_config_is_in_the_recipe_or_an_experiment() -> None:
