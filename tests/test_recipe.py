@@ -204,9 +204,8 @@ CONFIGS = (
     + [
         ["rain100h.yaml"],
         ["synthetic.yaml"],
-        [
-            "derain-wide/stage10a-scratch.yaml"
-        ],  # the wide candidate (docs/history.md, "Stage 10"), not shipped
+        # the wide candidate (docs/history.md, "Stage 10"), not shipped
+        ["derain-wide/stage10a-scratch.yaml"],
         # its continuations, each layered over the stages before it, from the committed weights of the last
         ["derain-wide/stage10a-scratch.yaml", "derain-wide/stage10b-continue.yaml"],
         [
