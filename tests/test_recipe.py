@@ -199,6 +199,16 @@ EXPERIMENTS = [  # as experiments/README.md lists them: each over a recipe stage
     ["derain-small/stage9-focused.yaml", "experiments/derain-small/stage10-arm-generator.yaml"],
     ["derain-small/stage4-rain-free.yaml", "experiments/derain-small/gpu.yaml"],
 ]
+# derain-base's run (configs/derain-base/recipe.yaml): each leg's config layered over those it names; a leg committed
+# before it runs (its rule is written first) and not yet a stage of the recipe, over the last stage's stack
+BASE_STACKS = [
+    [f"derain-base/{c.name}" for c in (*s.over, s.config)] for s in load_recipe("derain-base").stages
+]
+BASE_STACKS += [
+    [*BASE_STACKS[-1], f"derain-base/{p.name}"]
+    for p in sorted((REPO / "configs" / "derain-base").glob("leg*.yaml"))
+    if not any(stack[-1] == f"derain-base/{p.name}" for stack in BASE_STACKS)
+]
 CONFIGS = (
     [[f"derain-small/{s.config.name}"] for s in RECIPE.stages]
     + [
@@ -214,9 +224,7 @@ CONFIGS = (
             "derain-wide/stage10c-continue.yaml",
         ],
     ]
-    + [  # derain-base's run (configs/derain-base/recipe.yaml): each leg's config layered over those it names
-        [f"derain-base/{c.name}" for c in (*s.over, s.config)] for s in load_recipe("derain-base").stages
-    ]
+    + BASE_STACKS
 )
 
 
