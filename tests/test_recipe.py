@@ -201,13 +201,12 @@ EXPERIMENTS = [  # as experiments/README.md lists them: each over a recipe stage
 ]
 # derain-base's run (configs/derain-base/recipe.yaml): each leg's config layered over those it names; a leg committed
 # before it runs (its rule is written first) and not yet a stage of the recipe, over the last stage's stack
-BASE_STACKS = [
-    [f"derain-base/{c.name}" for c in (*s.over, s.config)] for s in load_recipe("derain-base").stages
-]
+BASE = load_recipe("derain-base")
+BASE_STACKS = [[f"derain-base/{c.name}" for c in (*s.over, s.config)] for s in BASE.stages]
 BASE_STACKS += [
     [*BASE_STACKS[-1], f"derain-base/{p.name}"]
     for p in sorted((REPO / "configs" / "derain-base").glob("leg*.yaml"))
-    if not any(stack[-1] == f"derain-base/{p.name}" for stack in BASE_STACKS)
+    if p.name not in {s.config.name for s in BASE.stages}
 ]
 CONFIGS = (
     [[f"derain-small/{s.config.name}"] for s in RECIPE.stages]
