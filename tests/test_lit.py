@@ -28,7 +28,7 @@ from derain.train import (
     charbonnier_loss,
     load_init_weights,
 )
-from derain.train.lit import FFT_WEIGHT, charbonnier_fft_loss
+from derain.train.lit import FFT_WEIGHT, charbonnier_fft_loss, rain_left_weight
 from derain.weights import read_checkpoint_net, save_net
 
 
@@ -45,6 +45,32 @@ def test_the_fft_loss_adds_the_l1_of_the_spectra_difference():
     assert loss.item() == pytest.approx(math.sqrt(c * c + 1e-6) + FFT_WEIGHT * 4 * c / 8)
     same = torch.rand(2, 3, 8, 8)
     assert charbonnier_fft_loss(same, same).item() == pytest.approx(1e-3)
+
+
+def test_rain_left_is_weighted_and_a_clean_input_is_not():
+    clean = torch.tensor([0.2, 0.2, 0.2, 0.5])
+    rain = torch.tensor([0.8, 0.8, 0.8, 0.5])  # three rainy elements, one clean
+    pred = torch.tensor([0.5, 0.0, 0.2, 0.6])  # rain left, over-removed, exact, changed a clean element
+    assert rain_left_weight(pred, clean, rain, 3.0).tolist() == [3.0, 1.0, 1.0, 1.0]
+    weighted = charbonnier_loss(pred, clean, eps=0, weight=rain_left_weight(pred, clean, rain, 3.0))
+    assert weighted.item() == pytest.approx((3 * 0.3 + 0.2 + 0 + 0.1) / 6)
+    # darker rain (rain below clean) is left when the prediction stays below too
+    assert rain_left_weight(torch.tensor([0.1]), torch.tensor([0.2]), torch.tensor([0.0]), 2.0).item() == 2.0
+
+
+def test_the_rain_left_weight_is_the_modules_loss_and_needs_charbonnier():
+    module = DerainLitModule(tiny_net(), loss="charbonnier+fft", rain_left_weight=3.0, warmup_steps=1)
+    batch = {"rain": torch.rand(1, 3, 16, 16), "clean": torch.rand(1, 3, 16, 16)}
+    module.log = lambda *a, **k: None
+    _, loss = module.shared_step(batch, "train")
+    pred = module.net(batch["rain"])
+    weight = rain_left_weight(pred, batch["clean"], batch["rain"], 3.0)
+    assert loss.item() == pytest.approx(charbonnier_fft_loss(pred, batch["clean"], weight=weight).item())
+    assert loss.item() != pytest.approx(charbonnier_fft_loss(pred, batch["clean"]).item())
+    with pytest.raises(ValueError, match="needs a Charbonnier loss"):
+        DerainLitModule(tiny_net(), loss="l1", rain_left_weight=2.0)
+    with pytest.raises(ValueError, match="rain_left_weight should be above 0"):
+        DerainLitModule(tiny_net(), rain_left_weight=0.0)
 
 
 def test_the_fft_loss_option_trains(tmp_path):

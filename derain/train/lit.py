@@ -20,26 +20,48 @@ from .schedule import WarmupCosine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DerainLitModule", "charbonnier_loss", "charbonnier_fft_loss", "NonFiniteLossError"]
+__all__ = [
+    "DerainLitModule",
+    "charbonnier_loss",
+    "charbonnier_fft_loss",
+    "rain_left_weight",
+    "NonFiniteLossError",
+]
 
 
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite."""
 
 
-def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3) -> Tensor:
-    """Charbonnier loss ``mean(sqrt((pred - target)² + eps²))``, a smooth L1."""
-    return torch.sqrt((pred - target).square() + eps * eps).mean()
+def charbonnier_loss(pred: Tensor, target: Tensor, eps: float = 1e-3, weight: Tensor | None = None) -> Tensor:
+    """Charbonnier loss ``mean(sqrt((pred - target)² + eps²))``, a smooth L1; with ``weight`` (per element, the
+    shape of ``pred``), the weighted mean ``sum(weight · c) / sum(weight)``."""
+    c = torch.sqrt((pred - target).square() + eps * eps)
+    if weight is None:
+        return c.mean()
+    return (weight * c).sum() / weight.sum()
+
+
+def rain_left_weight(pred: Tensor, target: Tensor, rain: Tensor, weight: float) -> Tensor:
+    """Per-element loss weights: ``weight`` where the error points towards the rainy input (rain left:
+    ``(pred − target) · (rain − target) > 0``), 1 elsewhere (over-removal, and wherever the input is clean).
+
+    A Charbonnier loss so weighted is a quantile (pinball) loss along the rain: the network predicts the
+    ``weight / (1 + weight)`` quantile of the rain it is unsure of instead of its median, so it removes more of what
+    may be rain and changes a rain-free input no differently."""
+    left = (pred - target) * (rain - target) > 0
+    return torch.where(left, weight, 1.0).to(pred.dtype).detach()
 
 
 FFT_WEIGHT = 0.05
 
 
-def charbonnier_fft_loss(pred: Tensor, target: Tensor) -> Tensor:
-    """Charbonnier plus ``FFT_WEIGHT`` × the L1 of the difference of the 2-D real FFTs (``torch.fft.rfft2``,
-    unnormalised; real and imaginary parts), a frequency loss as in MIMO-UNet; the FFT in float32."""
+def charbonnier_fft_loss(pred: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
+    """Charbonnier (weighted by ``weight`` if given) plus ``FFT_WEIGHT`` × the L1 of the difference of the 2-D
+    real FFTs (``torch.fft.rfft2``, unnormalised; real and imaginary parts), a frequency loss as in MIMO-UNet; the
+    FFT in float32."""
     diff = torch.fft.rfft2(pred.float()) - torch.fft.rfft2(target.float())
-    return charbonnier_loss(pred, target) + FFT_WEIGHT * torch.view_as_real(diff).abs().mean()
+    return charbonnier_loss(pred, target, weight=weight) + FFT_WEIGHT * torch.view_as_real(diff).abs().mean()
 
 
 LOSSES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
@@ -63,6 +85,8 @@ class DerainLitModule(L.LightningModule):
     Args:
         net: maps a rainy batch (B, 3, H, W) in [0, 1] to the derained batch (unclamped).
         loss: ``"charbonnier"`` (default), ``"l1"`` or ``"charbonnier+fft"`` (:func:`charbonnier_fft_loss`).
+        rain_left_weight: the Charbonnier term's weight on errors that leave rain (:func:`rain_left_weight`);
+            1 (default) weighs every error alike. Above 1 it rewards removal; Charbonnier losses only.
         lr: peak learning rate of AdamW.
         weight_decay: AdamW weight decay (conv kernels only).
         warmup_steps: linear warm-up steps from ``lr * 0.01``.
@@ -81,6 +105,7 @@ class DerainLitModule(L.LightningModule):
         net: nn.Module,
         *,
         loss: Literal["charbonnier", "l1", "charbonnier+fft"] = "charbonnier",
+        rain_left_weight: float = 1.0,
         lr: float = 3e-4,
         weight_decay: float = 1e-4,
         warmup_steps: int = 200,
@@ -91,10 +116,17 @@ class DerainLitModule(L.LightningModule):
         super().__init__()
         if schedule_steps is not None and schedule_steps < 1:
             raise ValueError(f"schedule_steps should be at least 1, got {schedule_steps}")
+        if not rain_left_weight > 0:
+            raise ValueError(f"rain_left_weight should be above 0, got {rain_left_weight}")
+        if rain_left_weight != 1.0 and loss == "l1":
+            raise ValueError(
+                f"rain_left_weight {rain_left_weight} needs a Charbonnier loss, got loss {loss!r}"
+            )
         self.save_hyperparameters(ignore=["net"])
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net = net.to(memory_format=self.memory_format)
         self.loss_fn = LOSSES[loss]
+        self.left_weight = float(rain_left_weight)
         self.metrics = nn.ModuleDict({s: DerainMetrics() for s in ("val", "test", "test_input")})
         self.set_metrics = nn.ModuleDict()  # per validation data set (items' "set"), added as sets appear
         self.set_keys: dict[str, str] = {}  # set names to keys there (a name like "a.b" is not a key)
@@ -110,7 +142,11 @@ class DerainLitModule(L.LightningModule):
         rain = batch["rain"].contiguous(memory_format=self.memory_format)
         forward = self.train_forward if stage == "train" and self.train_forward is not None else self.net
         pred = forward(rain)
-        loss = self.loss_fn(pred, batch["clean"])
+        clean = batch["clean"]
+        if self.left_weight == 1.0:
+            loss = self.loss_fn(pred, clean)
+        else:
+            loss = self.loss_fn(pred, clean, weight=rain_left_weight(pred, clean, rain, self.left_weight))
         self.log(
             f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=len(rain), sync_dist=stage != "train"
         )
