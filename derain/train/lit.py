@@ -1,4 +1,5 @@
-"""DerainLitModule: trains an injected restoration network with Charbonnier/L1 loss, AdamW and warm-up + cosine."""
+"""DerainLitModule: trains an injected restoration network with a Charbonnier (optionally + FFT, optionally
+weighted towards removal) or L1 loss, AdamW and warm-up + cosine."""
 
 from __future__ import annotations
 
