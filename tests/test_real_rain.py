@@ -1,7 +1,9 @@
 """Measuring weights where there is no clean image, and the held-out heavy set: ``derain.synth.heldout`` and the
-research tools that compare weights (``tools/gallery.py``, ``tools/real_rain.py``, ``tools/heavy_val.py``)."""
+research tools that compare weights (``tools/gallery.py``, ``tools/real_rain.py``, ``tools/heavy_val.py``) or
+distil one on real photos (``tools/teacher_pairs.py``)."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -169,3 +171,64 @@ def test_heavy_val_holds_out_the_recipes_validation_layers_and_photos_no_pair_sh
     names = [f"{rain.parent.parent.name}/{rain.name}" for rain, _ in donors]
     assert sorted(names[:4]) == [f"rain100h-train-mini/{n}.png" for n in ("0004", "0005", "0013", "0015")]
     assert names[4:] == [f"rain200h-test-samples/{n}.png" for n in (1, 2, 3)]
+
+
+def test_real_rain_reads_the_photos_held_out_of_a_distillation_apart(tmp_path, tiny_weights, capsys):
+    write_data(tmp_path / "data")
+    (tmp_path / "held.txt").write_text("grey.png\n")
+    args = ["--weights", str(tiny_weights), "--data", str(tmp_path / "data"), "--json", str(tmp_path / "r.json")]
+    assert tool("real_rain").main([*args, "--held-out", str(tmp_path / "held.txt")]) == 0
+    assert "held out" in capsys.readouterr().out
+    result = json.loads((tmp_path / "r.json").read_text())
+    every = result["per_photo"]["removed"]
+    names = result["per_photo"]["names"]["real-rainy"]
+    grey = every["real-rainy"][0][names.index("grey.png")]
+    # grey.png, then SPA's and the webcam's frames; the other real-rainy photos (distilled) are out
+    assert every["held out"][0] == [grey, *every["spa"][0], *every["webcam"][0]]
+    with pytest.raises(SystemExit) as exit_:
+        tool("real_rain").main([*args, "--held-out", str(tmp_path / "missing.txt")])
+    assert exit_.value.code == 2 and "missing.txt" in capsys.readouterr().err
+
+
+def test_teacher_pairs_split_each_source_and_keep_the_photo_where_the_teacher_brightens():
+    teacher = tool("teacher_pairs")
+    files = [Path(f"a_src-{i}.jpg") for i in range(5)] + [Path("b_src-x.png"), Path("c-1.png"), Path("c-2.png")]
+    distilled, held = teacher.split_photos(files, 0.5, seed=0)
+    assert sorted(distilled + held) == sorted(files) and not set(distilled) & set(held)
+    assert sum(f.name.startswith("a_src") for f in distilled) == 2  # half of 5, rounded down
+    assert Path("b_src-x.png") in held  # a source of one photo is all held out
+    assert sum(f.name.startswith("c-") for f in distilled) == 1
+    assert teacher.split_photos(files, 0.5, seed=0) == (distilled, held)  # seeded
+    rainy = np.array([[[200, 10, 50]]], np.uint8)
+    derained = np.array([[[120, 30, 50]]], np.uint8)
+    np.testing.assert_array_equal(teacher.teacher_target(rainy, derained), [[[120, 10, 50]]])
+    covered = np.zeros((700, 300), bool)
+    for y, x, h, w in teacher.tiles(700, 300, 512):
+        assert (h, w) == (512, 300)
+        covered[y : y + h, x : x + w] = True
+    assert covered.all()
+
+
+def test_teacher_pairs_write_a_pair_folder_and_the_held_out_list(tmp_path, tiny_weights, capsys):
+    rng = np.random.default_rng(0)
+    rain = tmp_path / "data" / "real-rainy" / "rain"
+    rain.mkdir(parents=True)
+    for name in ("s-1.png", "s-2.png", "t-1.png"):
+        cv2.imwrite(str(rain / name), rng.integers(0, 255, (80, 100, 3), dtype=np.uint8))
+    out = tmp_path / "pairs"
+    argv = [str(out), "--data", str(tmp_path / "data"), "--teacher", str(tiny_weights), "--tile", "64"]
+    assert tool("teacher_pairs").main(argv) == 0
+    assert "4 tiles of 1 photos" in capsys.readouterr().out  # one of s's two; 80x100 in 64² tiles: 2x2
+    from derain.pairing import find_pairs
+
+    pairs = find_pairs(out)
+    assert len(pairs) == 4
+    for rainy, target in pairs:
+        a, b = cv2.imread(str(rainy)), cv2.imread(str(target))
+        assert a.shape == b.shape == (64, 64, 3) and (b <= a).all()  # the target never brightens
+    held = (out / "held-out.txt").read_text().splitlines()
+    assert "t-1.png" in held and len(held) == 2
+    for photo in rain.iterdir():
+        photo.unlink()
+    assert tool("teacher_pairs").main(argv) == 2
+    assert "holds no images" in capsys.readouterr().err

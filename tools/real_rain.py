@@ -5,7 +5,9 @@
 
 Real rainy photos have no clean image, so this measures what a model does (``docs/design.md``, Metrics):
 - **rain removed**: mean |rainy − derained| in 8-bit levels, per photo, over each real set (``real-rainy``'s 127
-  photos, SPA's 2 and the webcam's 35 rainy frames) and over all of them, with the spread over photos;
+  photos, SPA's 2 and the webcam's 35 rainy frames) and over all of them, with the spread over photos; with
+  ``--held-out FILE`` (``tools/teacher_pairs.py``'s ``held-out.txt``) also over the real photos no weights were
+  distilled on;
 - **rain-free kept**: PSNR-Y (MATLAB Y) of derain(photo) against the photo, on 24 rain-free 512² centre crops
   (the 12 Urban100 photos and the first 12 Kodak24 photos of ``clean/``); a model that blurs removes a lot too;
 - **a gallery** PNG: rainy | each weights' output, a row a photo, for a person to look at before any decision
@@ -84,8 +86,13 @@ def measure(
     data: Path,
     rows_wanted: int,
     options: RestoreOptions | list[RestoreOptions] = RestoreOptions(),
+    held_out: set[str] | None = None,
 ) -> tuple[dict, list[list[np.ndarray]], list[str]]:
-    """Each column is a model restored with its options (one ``RestoreOptions`` for all, or one a model)."""
+    """Each column is a model restored with its options (one ``RestoreOptions`` for all, or one a model).
+
+    With ``held_out`` (names of ``real-rainy`` photos), the result has one more set, ``"held out"``: those photos
+    and every SPA and webcam frame, the real photos no weights were distilled on (``tools/teacher_pairs.py``).
+    """
     column_options = options if isinstance(options, list) else [options] * len(models)
     removed: dict[str, list[list[float]]] = {}
     photo_names: dict[str, list[str]] = {}
@@ -127,6 +134,9 @@ def measure(
         picks.append(images)
         captions.append(caption)
     removed["all real"] = [sum((removed[k][i] for k in REAL_SETS), []) for i in range(len(models))]
+    if held_out is not None:
+        keep = [k != "real-rainy" or n in held_out for k in REAL_SETS for n in photo_names[k]]
+        removed["held out"] = [[v for v, k in zip(row, keep, strict=True) if k] for row in removed["all real"]]
     result = {
         "weights": names,
         "strength": [o.strength for o in column_options],
@@ -188,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="write the result, per-photo values included, here")
     parser.add_argument(
+        "--held-out",
+        type=Path,
+        help="a list of real-rainy photos no weights trained on (teacher_pairs.py's held-out.txt): adds a set of "
+        "those photos with SPA's and the webcam's",
+    )
+    parser.add_argument(
         "--strength",
         type=float,
         nargs="+",
@@ -202,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names or [Path(w).name for w in args.weights]
     if len(names) != len(args.weights):
         parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
+    held_out = None
+    if args.held_out:
+        try:
+            held_out = set(args.held_out.read_text().splitlines())
+        except OSError as err:
+            parser.error(f"--held-out {args.held_out}: {err.strerror}")
     torch.set_grad_enabled(False)
     loaded = load_weights(args.weights)
     models = [m for m in loaded for _ in strengths]
@@ -209,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(strengths) > 1:
         names = [f"{n} s{o.strength:g}" for n in names for o in strengths]
     result, picks, captions = measure(
-        models, names, args.data, args.gallery_rows if args.gallery else 0, options
+        models, names, args.data, args.gallery_rows if args.gallery else 0, options, held_out
     )
     print_table(result)
     for message in result["skipped"]:
