@@ -11,11 +11,18 @@ stages before the last one done are not needed and not trained. ``--plan`` print
 expected output and where each stands. A stage that trains again gets its own hash (CPU training is not bitwise
 repeatable): the recipe stops there and says so, and ``--accept-rebuilt`` goes on from the rebuilt weights.
 ``--restore`` takes a missing output from the git commit that shipped it, when the recipe names one.
+
+A run in progress (a recipe with a ``continuation``) grows a leg at a time: once a leg's config (``LEG.yaml`` beside
+the recipe) has trained, ``--pin LEG`` appends its stage (layered over every earlier stage's configs, from the
+committed continuation as the last stage's output in float16, its output as the run wrote it: path, checkpoint, step
+and sha256) and replaces the continuation with that output in float16, the next leg's start.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,6 +43,7 @@ __all__ = [
     "check_weights",
     "load_recipe",
     "main",
+    "pin_stage",
     "plan",
     "run_recipe",
 ]
@@ -404,8 +412,96 @@ def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
     return 0
 
 
+_CONTINUATION_SHA = re.compile(r"(^continuation:.*?^\s+sha256:[ \t]*)(\S+)", re.MULTILINE | re.DOTALL)
+
+
+def _append_stage(text: str, block: list[str], file: Path) -> str:
+    """``text`` with ``block`` (a stage's lines) after the last item of its top-level ``stages:`` list, indented as
+    that list's items are."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"stages:\s*(#.*)?$", line)), None)
+    if start is None:
+        raise RecipeError(f"{file}: no top-level 'stages:' list to append to")
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"[^\s#-]", lines[i])), len(lines))
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    items = [line for line in lines[start + 1 : end] if line.lstrip().startswith("- ")]
+    indent = items[0][: len(items[0]) - len(items[0].lstrip())] if items else ""
+    return "\n".join([*lines[:end], *(indent + line for line in block), *lines[end:]]) + "\n"
+
+
+def pin_stage(recipe: Recipe, name: str, *, needs: tuple[str, ...] = (), note: str = "") -> Stage:
+    """Append leg ``name`` of a run in progress to its ``recipe.yaml`` and make its output the continuation.
+
+    The stage's config is ``name.yaml`` beside the recipe, layered over the last stage's configs and that stage's
+    own; its input is the committed continuation (the last stage's output in float16, ``float16_of`` it, at
+    ``float16.safetensors`` beside that output); its output the ``model.safetensors`` of the config's
+    ``trainer.default_root_dir``, with the checkpoint and step its provenance records. The continuation file is
+    then that output in float16, and the recipe records its hash. The file's other text and comments stay.
+
+    Raises:
+        RecipeError: the recipe has no continuation, the stage exists, its config or output is missing, the
+            committed continuation is not the hash the recipe records, or a ``needs`` is not prepared.
+    """
+    if recipe.continuation is None:
+        raise RecipeError(f"{recipe.file}: no continuation; only a run in progress is pinned a leg at a time")
+    if any(stage.name == name for stage in recipe.stages):
+        raise RecipeError(f"{recipe.file}: stage {name!r} is already pinned")
+    unknown = set(needs) - set(recipe.prepare)
+    if unknown:
+        raise RecipeError(f"{name}: needs {sorted(unknown)}, which the recipe does not prepare")
+    config = recipe.file.parent / f"{name}.yaml"
+    if not config.is_file():
+        raise RecipeError(f"{name}: no config {config}")
+    root = ((yaml.safe_load(config.read_text()) or {}).get("trainer") or {}).get("default_root_dir")
+    if not root:
+        raise RecipeError(f"{config}: sets no trainer.default_root_dir, so its output is not known")
+    output = Path(root) / "model.safetensors"
+    if not output.is_file():
+        raise RecipeError(f"{name}: its output {output} does not exist; train the leg first")
+    stored = SOURCE / recipe.continuation.path
+    started = check_weights(stored, recipe.continuation.sha256, "continuation")
+    last = recipe.stages[-1]
+    try:
+        meta, state = read_safetensors(output)
+        provenance = json.loads(meta.get("provenance", "{}"))
+        out_sha = tensors_sha256(state)
+    except (WeightsError, ValueError) as err:
+        raise RecipeError(f"{name}: output {output}: {err}") from None
+    step, checkpoint = provenance.get("steps"), provenance.get("checkpoint", "last.ckpt")
+    over = ", ".join(c.name for c in (*last.over, last.config))
+    block = [
+        f"- name: {name}" + (f"  # {note}" if note else ""),
+        f"  config: {config.name}",
+        f"  over: [{over}]",
+        *([f"  needs: [{', '.join(needs)}]"] if needs else []),
+        f"  input:  # the continuation file of its day, {last.name}'s output in float16",
+        f"    path: {Path(last.output.path).parent / 'float16.safetensors'}",
+        f"    sha256: {started}",
+        f"    float16_of: {last.name}",
+        "  output:",
+        f"    path: {output}",
+        f"    checkpoint: {checkpoint}",
+        f"    step: {'null' if step is None else int(step)}",
+        f"    sha256: {out_sha}  # float32, as exported",
+    ]
+    text = recipe.file.read_text()
+    new_sha = _float16_sha256(output)
+    text, found = _CONTINUATION_SHA.subn(lambda m: m.group(1) + new_sha, text, count=1)
+    if not found:
+        raise RecipeError(f"{recipe.file}: no continuation sha256 line to update")
+    text = _append_stage(text, block, recipe.file)
+    save_float16(output, stored)
+    with atomic_output(recipe.file) as tmp:
+        tmp.write_text(text)
+    pinned = load_recipe(str(recipe.file))
+    assert pinned.stages[-1].name == name and pinned.continuation.sha256 == new_sha  # type: ignore[union-attr]
+    return pinned.stages[-1]
+
+
 def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
-    """``derain recipe NAME [--plan] [--accept-rebuilt] [--restore]``; returns 0, fit's status, or 2 (one line)."""
+    """``derain recipe NAME [--plan] [--accept-rebuilt] [--restore] [--pin LEG [--needs ...] [--note ...]]``;
+    returns 0, fit's status, or 2 (one line)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("recipe", help="a recipe that ships with derain (derain-small) or a recipe.yaml")
     parser.add_argument(
@@ -417,9 +513,26 @@ def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
     parser.add_argument(
         "--restore", action="store_true", help="take missing shipped outputs from git history"
     )
+    parser.add_argument(
+        "--pin",
+        metavar="LEG",
+        help="append a run's trained leg (LEG.yaml beside the recipe) as its last stage, its output in float16 "
+        "the new continuation",
+    )
+    parser.add_argument("--needs", nargs="+", default=[], help="with --pin: the prepare steps the leg needs")
+    parser.add_argument("--note", default="", help="with --pin: a comment on the stage's line")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if (args.needs or args.note) and not args.pin:
+        parser.error("--needs and --note go with --pin")
     try:
         recipe = load_recipe(args.recipe)
+        if args.pin:
+            stage = pin_stage(recipe, args.pin, needs=tuple(args.needs), note=args.note)
+            print(
+                f"pinned {stage.name}: {stage.output.path} (step {stage.step}, sha256 {stage.output.sha256}); "
+                f"{recipe.stored.path} is its float16 now"  # type: ignore[union-attr]
+            )
+            return 0
         if args.plan:
             print(plan(recipe))
             return 0

@@ -325,3 +325,48 @@ def test_a_later_leg_layers_its_config_and_continues_from_the_earlier_output_in_
         (tmp_path / "broken.yaml").write_text(yaml.safe_dump(broken))
         with pytest.raises(RecipeError, match=message):
             load_recipe(str(tmp_path / "broken.yaml"))
+
+
+def test_a_trained_leg_is_pinned_as_the_last_stage_and_its_float16_becomes_the_continuation(
+    tmp_path, capsys
+) -> None:
+    file, sha = tiny_recipe(tmp_path, None)
+    manifest = yaml.safe_load(file.read_text())
+    manifest["stages"] = manifest["stages"][:1]  # stage a, done
+    out_a = tmp_path / "runs" / "a" / "model.safetensors"
+    target = tmp_path / "continuation.safetensors"
+    recipe_module.save_float16(out_a, target)
+    manifest["continuation"] = {"path": str(target), "sha256": tensors_sha256(target)}
+    manifest["prepare"] = {"extra": {"path": "x", "command": ["tools/x.py"]}}
+    file.write_text("# the tiny run\n" + yaml.safe_dump(manifest, sort_keys=False))
+    argv = [str(file), "--pin", "c", "--needs", "extra", "--note", "leg c"]
+    assert main(argv) == 2 and "no config" in capsys.readouterr().err  # c.yaml is not there yet
+    (tmp_path / "c.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'c'}\n")
+    assert main(argv) == 2 and "train the leg first" in capsys.readouterr().err
+    provenance = {"provenance": '{"steps": 12, "checkpoint": "last.ckpt"}'}
+    out_c = save_net(tiny_net(seed=9), tmp_path / "runs" / "c" / "model.safetensors", extra=provenance)
+    assert main([*argv[:3], "--needs", "nothing"]) == 2 and "does not prepare" in capsys.readouterr().err
+    assert main(argv) == 0 and "pinned c" in capsys.readouterr().out
+    recipe = load_recipe(str(file))
+    c = recipe.stages[-1]
+    assert (c.name, c.step, c.checkpoint, c.needs, c.float16_of) == ("c", 12, "last.ckpt", ("extra",), "a")
+    assert c.over == (tmp_path / "a.yaml",) and c.output == recipe_module.Pinned(
+        str(out_c), tensors_sha256(out_c)
+    )
+    assert c.input.sha256 == tensors_sha256(
+        float16_tensors(read_safetensors(out_a)[1])
+    )  # what c started from
+    assert recipe.continuation.sha256 == tensors_sha256(target) != c.input.sha256  # c's float16 now
+    assert tensors_sha256(target) == tensors_sha256(float16_tensors(read_safetensors(out_c)[1]))
+    text = file.read_text()
+    assert (
+        text.startswith("# the tiny run\n") and "- name: c  # leg c\n" in text
+    )  # its text and comments stay
+    assert main(argv) == 2 and "already pinned" in capsys.readouterr().err
+    # a continuation that is not the file the recipe records stops the pin before anything is written
+    (tmp_path / "d.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'c'}\n")
+    save_net(tiny_net(seed=11), target)
+    assert main([str(file), "--pin", "d"]) == 2 and "the recipe expects" in capsys.readouterr().err
+    assert file.read_text() == text
+    with pytest.raises(SystemExit):
+        main([str(file), "--note", "x"])  # --note only with --pin
