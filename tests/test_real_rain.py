@@ -176,7 +176,14 @@ def test_heavy_val_holds_out_the_recipes_validation_layers_and_photos_no_pair_sh
 def test_real_rain_reads_the_photos_held_out_of_a_distillation_apart(tmp_path, tiny_weights, capsys):
     write_data(tmp_path / "data")
     (tmp_path / "held.txt").write_text("grey.png\n")
-    args = ["--weights", str(tiny_weights), "--data", str(tmp_path / "data"), "--json", str(tmp_path / "r.json")]
+    args = [
+        "--weights",
+        str(tiny_weights),
+        "--data",
+        str(tmp_path / "data"),
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
     assert tool("real_rain").main([*args, "--held-out", str(tmp_path / "held.txt")]) == 0
     assert "held out" in capsys.readouterr().out
     result = json.loads((tmp_path / "r.json").read_text())
@@ -192,7 +199,11 @@ def test_real_rain_reads_the_photos_held_out_of_a_distillation_apart(tmp_path, t
 
 def test_teacher_pairs_split_each_source_and_keep_the_photo_where_the_teacher_brightens():
     teacher = tool("teacher_pairs")
-    files = [Path(f"a_src-{i}.jpg") for i in range(5)] + [Path("b_src-x.png"), Path("c-1.png"), Path("c-2.png")]
+    files = [Path(f"a_src-{i}.jpg") for i in range(5)] + [
+        Path("b_src-x.png"),
+        Path("c-1.png"),
+        Path("c-2.png"),
+    ]
     distilled, held = teacher.split_photos(files, 0.5, seed=0)
     assert sorted(distilled + held) == sorted(files) and not set(distilled) & set(held)
     assert sum(f.name.startswith("a_src") for f in distilled) == 2  # half of 5, rounded down

@@ -136,7 +136,9 @@ def measure(
     removed["all real"] = [sum((removed[k][i] for k in REAL_SETS), []) for i in range(len(models))]
     if held_out is not None:
         keep = [k != "real-rainy" or n in held_out for k in REAL_SETS for n in photo_names[k]]
-        removed["held out"] = [[v for v, k in zip(row, keep, strict=True) if k] for row in removed["all real"]]
+        removed["held out"] = [
+            [v for v, k in zip(row, keep, strict=True) if k] for row in removed["all real"]
+        ]
     result = {
         "weights": names,
         "strength": [o.strength for o in column_options],

@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="folder to write (rain/, norain/, manifest.csv, held-out.txt)")
     add_data_argument(parser)
-    parser.add_argument("--teacher", default="derain-small", help="weights of the teacher (default derain-small)")
+    parser.add_argument(
+        "--teacher", default="derain-small", help="weights of the teacher (default derain-small)"
+    )
     parser.add_argument("--fraction", type=float, default=0.5, help="share of each source distilled")
     parser.add_argument("--tile", type=int, default=512, help="tile side in pixels")
     parser.add_argument("--seed", type=int, default=0)
@@ -87,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.data / REAL
     files = list_images(folder) if folder.is_dir() else []
     if not files:
-        print(f"error: {folder} holds no images; --data (or $DERAIN_DATA) should hold {REAL}", file=sys.stderr)
+        print(
+            f"error: {folder} holds no images; --data (or $DERAIN_DATA) should hold {REAL}", file=sys.stderr
+        )
         return 2
     (teacher,) = load_weights([args.teacher])
     distilled, held = split_photos(files, args.fraction, args.seed)
