@@ -175,7 +175,7 @@ def test_heavy_val_holds_out_the_recipes_validation_layers_and_photos_no_pair_sh
 
 def test_real_rain_reads_the_photos_held_out_of_a_distillation_apart(tmp_path, tiny_weights, capsys):
     write_data(tmp_path / "data")
-    (tmp_path / "held.txt").write_text("grey.png\n")
+    (tmp_path / "held.txt").write_text("# the held-out photos\ngrey.png \n\n")
     args = [
         "--weights",
         str(tiny_weights),
@@ -185,7 +185,7 @@ def test_real_rain_reads_the_photos_held_out_of_a_distillation_apart(tmp_path, t
         str(tmp_path / "r.json"),
     ]
     assert tool("real_rain").main([*args, "--held-out", str(tmp_path / "held.txt")]) == 0
-    assert "held out" in capsys.readouterr().out
+    assert "held out (3 photos)" in capsys.readouterr().out  # grey.png, SPA's and the webcam's
     result = json.loads((tmp_path / "r.json").read_text())
     every = result["per_photo"]["removed"]
     names = result["per_photo"]["names"]["real-rainy"]
@@ -195,6 +195,9 @@ def test_real_rain_reads_the_photos_held_out_of_a_distillation_apart(tmp_path, t
     with pytest.raises(SystemExit) as exit_:
         tool("real_rain").main([*args, "--held-out", str(tmp_path / "missing.txt")])
     assert exit_.value.code == 2 and "missing.txt" in capsys.readouterr().err
+    (tmp_path / "held.txt").write_text("grey.png\nmanifest.csv\n")  # a wrong list is not read as a short one
+    with pytest.raises(SystemExit, match="real-rainy does not hold: manifest.csv"):
+        tool("real_rain").main([*args, "--held-out", str(tmp_path / "held.txt")])
 
 
 def test_teacher_pairs_split_each_source_and_keep_the_photo_where_the_teacher_brightens():
@@ -210,6 +213,8 @@ def test_teacher_pairs_split_each_source_and_keep_the_photo_where_the_teacher_br
     assert Path("b_src-x.png") in held  # a source of one photo is all held out
     assert sum(f.name.startswith("c-") for f in distilled) == 1
     assert teacher.split_photos(files, 0.5, seed=0) == (distilled, held)  # seeded
+    many = [Path(f"s-{i}.png") for i in range(20)]
+    assert teacher.split_photos(many, 0.5, seed=0) != teacher.split_photos(many, 0.5, seed=1)
     rainy = np.array([[[200, 10, 50]]], np.uint8)
     derained = np.array([[[120, 30, 50]]], np.uint8)
     np.testing.assert_array_equal(teacher.teacher_target(rainy, derained), [[[120, 10, 50]]])
@@ -237,9 +242,20 @@ def test_teacher_pairs_write_a_pair_folder_and_the_held_out_list(tmp_path, tiny_
     for rainy, target in pairs:
         a, b = cv2.imread(str(rainy)), cv2.imread(str(target))
         assert a.shape == b.shape == (64, 64, 3) and (b <= a).all()  # the target never brightens
+        assert (b < a).any()  # the teacher did take something away
+    manifest = (out / "manifest.csv").read_text().splitlines()
+    assert manifest[0] == "name,photo,top,left" and len(manifest) == 5
+    assert main_again_refused(tool("teacher_pairs"), argv, capsys)
     held = (out / "held-out.txt").read_text().splitlines()
     assert "t-1.png" in held and len(held) == 2
     for photo in rain.iterdir():
         photo.unlink()
-    assert tool("teacher_pairs").main(argv) == 2
+    assert tool("teacher_pairs").main([str(tmp_path / "other"), *argv[1:]]) == 2
     assert "holds no images" in capsys.readouterr().err
+
+
+def main_again_refused(teacher, argv, capsys) -> bool:
+    """A second run into the same folder is refused, and the folder is left as it was."""
+    before = sorted(p.name for p in Path(argv[0]).rglob("*"))
+    refused = teacher.main(argv) == 2 and "exists; remove it" in capsys.readouterr().err
+    return refused and sorted(p.name for p in Path(argv[0]).rglob("*")) == before

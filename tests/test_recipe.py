@@ -370,3 +370,45 @@ def test_a_trained_leg_is_pinned_as_the_last_stage_and_its_float16_becomes_the_c
     assert file.read_text() == text
     with pytest.raises(SystemExit):
         main([str(file), "--note", "x"])  # --note only with --pin
+
+
+def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tmp_path, capsys) -> None:
+    out_a = save_net(tiny_net(seed=1), tmp_path / "runs" / "a" / "model.safetensors")
+    target = recipe_module.save_float16(out_a, tmp_path / "continuation.safetensors")
+    started = tensors_sha256(target)
+    (tmp_path / "a.yaml").write_text("model:\n  lr: 0.001\n")
+    (tmp_path / "b.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'b'}\n")
+    out_b = save_net(tiny_net(seed=2), tmp_path / "runs" / "b" / "model.safetensors")
+    head = (
+        "# a run in progress\n"
+        "continuation:  # where the next leg starts\n"
+        f"  path: {target}\n"
+        "  # the hash, a comment between\n"
+        f"  sha256: {started}  # its float16\n"
+        "stages:\n"
+        "  - name: a  # the first\n"
+        "    config: a.yaml\n"
+        f"    output: {{path: {out_a}, sha256: {tensors_sha256(out_a)}}}  # a flow mapping\n"
+    )
+    tail = "\n# the data steps\nprepare: {}\n"
+    file = tmp_path / "recipe.yaml"
+    file.write_text(head + tail)
+    assert main([str(file), "--pin", "b"]) == 0, capsys.readouterr().err
+    text = file.read_text()
+    new_sha = tensors_sha256(float16_tensors(read_safetensors(out_b)[1]))
+    assert text.startswith(head.replace(f"{started}  # its", f"{new_sha}  # its"))
+    assert text.endswith("  # float32, as exported\n" + tail)  # the stage sits before the next section's comment
+    assert "\n  - name: b\n    config: b.yaml\n    over: [a.yaml]\n" in text  # indented as the list's items
+    b = load_recipe(str(file)).stages[-1]
+    assert b.input.path == (tmp_path / "runs" / "a" / "float16.safetensors").as_posix() and b.step is None
+    no_hash = head.replace(f"  sha256: {started}  # its float16\n", "")
+    file.write_text(no_hash + tail)
+    assert main([str(file), "--pin", "b"]) == 2 and "records no sha256" in capsys.readouterr().err
+    file.write_text(head.replace("continuation:", "nothing:") + tail)
+    assert main([str(file), "--pin", "b"]) == 2 and "no continuation" in capsys.readouterr().err
+    file.write_text(text)  # as pinned
+    assert main([str(file), "--pin", "007"]) == 2 and "a leg is named by" in capsys.readouterr().err
+    (tmp_path / "c.yaml").write_text((tmp_path / "b.yaml").read_text())  # b's output again: a stale file
+    assert main([str(file), "--pin", "c"]) == 2 and "is the output of stage b" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(file), "--pin", "c", "--plan"])

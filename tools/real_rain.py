@@ -135,6 +135,11 @@ def measure(
         captions.append(caption)
     removed["all real"] = [sum((removed[k][i] for k in REAL_SETS), []) for i in range(len(models))]
     if held_out is not None:
+        unknown = sorted(held_out - set(photo_names["real-rainy"]))
+        if unknown:
+            raise SystemExit(
+                f"error: --held-out names photos real-rainy does not hold: {', '.join(unknown[:5])}"
+            )
         keep = [k != "real-rainy" or n in held_out for k in REAL_SETS for n in photo_names[k]]
         removed["held out"] = [
             [v for v, k in zip(row, keep, strict=True) if k] for row in removed["all real"]
@@ -161,7 +166,7 @@ def print_table(result: dict) -> None:
         "rain removed: mean |rainy - derained| (8-bit levels) [95 % CI]; x first: ratio to the first weights"
     )
     for key, stats in result["removed"].items():
-        print(f"  {key}")
+        print(f"  {key} ({len(result['per_photo']['removed'][key][0])} photos)")
         base = stats[0]["mean"]
         for name, s in zip(names, stats, strict=True):
             paired = (
@@ -223,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     held_out = None
     if args.held_out:
         try:
-            held_out = set(args.held_out.read_text().splitlines())
+            lines = (line.strip() for line in args.held_out.read_text().splitlines())
+            held_out = {line for line in lines if line and not line.startswith("#")}
         except OSError as err:
             parser.error(f"--held-out {args.held_out}: {err.strerror}")
     torch.set_grad_enabled(False)

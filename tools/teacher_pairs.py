@@ -1,6 +1,6 @@
 """Pairs from a teacher on real rain: a seeded half of ``real-rainy/``'s photos and what stage 9 makes of them.
 
-    DERAIN_DATA=../shared/data python tools/teacher_pairs.py runs/teacher-real        # ~2 minutes on 2 cores
+    DERAIN_DATA=../shared/data python tools/teacher_pairs.py runs/teacher-real        # under a minute on 2 cores
 
 Real rainy photos have no clean image; derain-small (stage 9) removes most of their rain, long bright heavy
 streaks included, where the derain-base legs trained on synthetic pairs leave them (docs/history.md, "derain-base,
@@ -13,14 +13,16 @@ training by its area and crops stay inside the teacher's view.
 Only a seeded half of each source's photos (the name before the first ``-``: ``sirr_real147``, ``moss_real48``, …;
 a source of one photo gives none) becomes pairs; ``manifest.csv`` names each tile's photo and ``held-out.txt`` the
 photos left out, on which ``tools/real_rain.py`` readings stay clean of the distillation (its ``--held-out``).
-The folder is a pair folder (``rain/``, ``norain/``), for ``pairs.train_dirs``; files are written atomically and
-the same arguments give the same files.
+The folder is a pair folder (``rain/``, ``norain/``), for ``pairs.train_dirs``, built beside ``OUT`` and renamed
+when whole (an ``OUT`` that exists is refused: old tiles would train on photos a new split holds out); an unreadable
+photo is named and skipped; the same arguments give the same files.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import shutil
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -31,7 +33,7 @@ from research import add_data_argument, load_weights
 from derain.data.split import seeded_share
 from derain.inference import restore
 from derain.inference.image import tile_starts
-from derain.io import atomic_output, list_images, read_rgb, write_image_atomic
+from derain.io import ImageReadError, list_images, read_rgb, write_image_atomic
 
 REAL = "real-rainy/rain"
 
@@ -87,28 +89,47 @@ def main(argv: list[str] | None = None) -> int:
     if args.tile < 64:
         parser.error(f"--tile must be at least 64, got {args.tile}")
     folder = args.data / REAL
-    files = list_images(folder) if folder.is_dir() else []
+    files = list_images(folder, recursive=True) if folder.is_dir() else []
     if not files:
         print(
             f"error: {folder} holds no images; --data (or $DERAIN_DATA) should hold {REAL}", file=sys.stderr
         )
         return 2
+    if args.out.exists():
+        print(f"error: {args.out} exists; remove it to build it again", file=sys.stderr)
+        return 2
+    stems = [f.stem for f in files]
+    if len(set(stems)) < len(stems):
+        twice = sorted({s for s in stems if stems.count(s) > 1})
+        print(
+            f"error: photos of {folder} share a name but for its suffix: {', '.join(twice)}", file=sys.stderr
+        )
+        return 2
     (teacher,) = load_weights([args.teacher])
     distilled, held = split_photos(files, args.fraction, args.seed)
-    rows = []
+    partial = args.out.parent / f".{args.out.name}.partial"  # renamed when whole: a folder there is complete
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    rows, skipped = [], []
     for path in distilled:
-        rainy = read_rgb(path)
+        try:
+            rainy = read_rgb(path)
+        except ImageReadError as err:
+            skipped.append(path)
+            print(f"skipped {path}: {err}", file=sys.stderr)
+            continue
         target = teacher_target(rainy, restore(teacher, rainy))
         for k, (y, x, h, w) in enumerate(tiles(*rainy.shape[:2], args.tile)):
             name = f"{path.stem}-t{k}.png"
-            write_image_atomic(args.out / "rain" / name, rainy[y : y + h, x : x + w])
-            write_image_atomic(args.out / "norain" / name, target[y : y + h, x : x + w])
+            write_image_atomic(partial / "rain" / name, rainy[y : y + h, x : x + w])
+            write_image_atomic(partial / "norain" / name, target[y : y + h, x : x + w])
             rows.append([name, path.name, y, x])
-    with atomic_output(args.out / "manifest.csv") as tmp, tmp.open("w", newline="") as f:
+    with (partial / "manifest.csv").open("w", newline="") as f:
         csv.writer(f).writerows([["name", "photo", "top", "left"], *rows])
-    with atomic_output(args.out / "held-out.txt") as tmp:
-        tmp.write_text("".join(f"{f.name}\n" for f in held))
-    print(f"{len(rows)} tiles of {len(distilled)} photos in {args.out}; {len(held)} photos held out")
+    (partial / "held-out.txt").write_text("".join(f"{f.name}\n" for f in held))
+    partial.rename(args.out)
+    used = len(distilled) - len(skipped)
+    print(f"{len(rows)} tiles of {used} photos in {args.out}; {len(held)} photos held out")
     return 0
 
 
