@@ -1,4 +1,4 @@
-"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|models|grow ...``, one front door to the
+"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|pin|models|grow ...``, one front door to the
 commands.
 
 Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``;
@@ -26,6 +26,7 @@ COMMANDS = {
     "export": "export a checkpoint to a weights file, or weights to an ONNX model",
     "info": "how a weights file was made: its provenance (the packaged weights by default)",
     "recipe": "rebuild shipped weights from their recipe (derain recipe derain-small [--plan])",
+    "pin": "append a long run's trained leg to its recipe; its float16 becomes the continuation",
     "models": "the weights that ship, by name (--weights NAME): parameters, speed, validation scores, file",
     "grow": "grow trained weights into a wider or deeper network that computes the same",
 }

@@ -22,6 +22,7 @@ OPTIONS = {
     "--data.pairs.root",
     "info": "--config",
     "recipe": "--plan --accept-rebuilt --restore",
+    "pin": "--needs --note",
     "models": "--help",
     "grow": "--dim --blocks --full-res --full-res-dim --noise --seed",
 }
@@ -37,7 +38,18 @@ def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_the_command_lists_its_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     text = help_of(["--help"], capsys)
-    assert set(COMMANDS) == {"infer", "fit", "evaluate", "app", "export", "info", "recipe", "models", "grow"}
+    assert set(COMMANDS) == {
+        "infer",
+        "fit",
+        "evaluate",
+        "app",
+        "export",
+        "info",
+        "recipe",
+        "pin",
+        "models",
+        "grow",
+    }
     assert all(f"    {name}" in text for name in COMMANDS)
     assert help_of(["--version"], capsys).startswith("derain 0.")
     with pytest.raises(SystemExit) as exit_info:

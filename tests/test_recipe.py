@@ -15,6 +15,7 @@ from helpers import tiny_net
 
 from derain import recipe as recipe_module
 from derain.fit import main as fit_main
+from derain.pin import main as pin
 from derain.recipe import RecipeError, load_recipe, main, run_recipe
 from derain.weights import float16_tensors, packaged_weights, read_safetensors, save_net, tensors_sha256
 
@@ -339,14 +340,14 @@ def test_a_trained_leg_is_pinned_as_the_last_stage_and_its_float16_becomes_the_c
     manifest["continuation"] = {"path": str(target), "sha256": tensors_sha256(target)}
     manifest["prepare"] = {"extra": {"path": "x", "command": ["tools/x.py"]}}
     file.write_text("# the tiny run\n" + yaml.safe_dump(manifest, sort_keys=False))
-    argv = [str(file), "--pin", "c", "--needs", "extra", "--note", "leg c"]
-    assert main(argv) == 2 and "no config" in capsys.readouterr().err  # c.yaml is not there yet
+    argv = [str(file), "c", "--needs", "extra", "--note", "leg c"]
+    assert pin(argv) == 2 and "no config" in capsys.readouterr().err  # c.yaml is not there yet
     (tmp_path / "c.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'c'}\n")
-    assert main(argv) == 2 and "train the leg first" in capsys.readouterr().err
+    assert pin(argv) == 2 and "train the leg first" in capsys.readouterr().err
     provenance = {"provenance": '{"steps": 12, "checkpoint": "last.ckpt"}'}
     out_c = save_net(tiny_net(seed=9), tmp_path / "runs" / "c" / "model.safetensors", extra=provenance)
-    assert main([*argv[:3], "--needs", "nothing"]) == 2 and "does not prepare" in capsys.readouterr().err
-    assert main(argv) == 0 and "pinned c" in capsys.readouterr().out
+    assert pin([*argv[:2], "--needs", "nothing"]) == 2 and "does not prepare" in capsys.readouterr().err
+    assert pin(argv) == 0 and "pinned c" in capsys.readouterr().out
     recipe = load_recipe(str(file))
     c = recipe.stages[-1]
     assert (c.name, c.step, c.checkpoint, c.needs, c.float16_of) == ("c", 12, "last.ckpt", ("extra",), "a")
@@ -362,14 +363,12 @@ def test_a_trained_leg_is_pinned_as_the_last_stage_and_its_float16_becomes_the_c
     assert (
         text.startswith("# the tiny run\n") and "- name: c  # leg c\n" in text
     )  # its text and comments stay
-    assert main(argv) == 2 and "already pinned" in capsys.readouterr().err
+    assert pin(argv) == 2 and "already pinned" in capsys.readouterr().err
     # a continuation that is not the file the recipe records stops the pin before anything is written
     (tmp_path / "d.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'c'}\n")
     save_net(tiny_net(seed=11), target)
-    assert main([str(file), "--pin", "d"]) == 2 and "the recipe expects" in capsys.readouterr().err
+    assert pin([str(file), "d"]) == 2 and "the recipe expects" in capsys.readouterr().err
     assert file.read_text() == text
-    with pytest.raises(SystemExit):
-        main([str(file), "--note", "x"])  # --note only with --pin
 
 
 def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tmp_path, capsys) -> None:
@@ -393,22 +392,22 @@ def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tm
     tail = "\n# the data steps\nprepare: {}\n"
     file = tmp_path / "recipe.yaml"
     file.write_text(head + tail)
-    assert main([str(file), "--pin", "b"]) == 0, capsys.readouterr().err
+    assert pin([str(file), "b"]) == 0, capsys.readouterr().err
     text = file.read_text()
     new_sha = tensors_sha256(float16_tensors(read_safetensors(out_b)[1]))
     assert text.startswith(head.replace(f"{started}  # its", f"{new_sha}  # its"))
-    assert text.endswith("  # float32, as exported\n" + tail)  # the stage sits before the next section's comment
+    assert text.endswith(
+        "  # float32, as exported\n" + tail
+    )  # the stage sits before the next section's comment
     assert "\n  - name: b\n    config: b.yaml\n    over: [a.yaml]\n" in text  # indented as the list's items
     b = load_recipe(str(file)).stages[-1]
     assert b.input.path == (tmp_path / "runs" / "a" / "float16.safetensors").as_posix() and b.step is None
     no_hash = head.replace(f"  sha256: {started}  # its float16\n", "")
     file.write_text(no_hash + tail)
-    assert main([str(file), "--pin", "b"]) == 2 and "records no sha256" in capsys.readouterr().err
+    assert pin([str(file), "b"]) == 2 and "records no sha256" in capsys.readouterr().err
     file.write_text(head.replace("continuation:", "nothing:") + tail)
-    assert main([str(file), "--pin", "b"]) == 2 and "no continuation" in capsys.readouterr().err
+    assert pin([str(file), "b"]) == 2 and "no continuation" in capsys.readouterr().err
     file.write_text(text)  # as pinned
-    assert main([str(file), "--pin", "007"]) == 2 and "a leg is named by" in capsys.readouterr().err
+    assert pin([str(file), "007"]) == 2 and "a leg is named by" in capsys.readouterr().err
     (tmp_path / "c.yaml").write_text((tmp_path / "b.yaml").read_text())  # b's output again: a stale file
-    assert main([str(file), "--pin", "c"]) == 2 and "is the output of stage b" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main([str(file), "--pin", "c", "--plan"])
+    assert pin([str(file), "c"]) == 2 and "is the output of stage b" in capsys.readouterr().err
