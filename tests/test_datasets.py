@@ -123,6 +123,31 @@ def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() 
     assert 15 <= kinds.count("streaks") <= 45, kinds.count("streaks")
 
 
+def test_rendered_layer_weights_choose_the_rendered_layers() -> None:
+    """``rendered_layer_weights`` (``layer_shares``) decide which rendered layer a sample gets; a weight of 0
+    never draws its layer, and weights that do not fit the layers are refused by name."""
+    layers = [np.full((40, 40, 1), level, np.uint8) for level in (10, 30)]
+    added = Synthesis(transplant_prob=1.0, composite_beta=0.0)
+    data = SyntheticRainDataset(
+        [np.full((40, 40, 3), 100, np.uint8)],
+        length=20,
+        patch_size=16,
+        rendered_layers=layers,
+        rendered_layer_weights=[0.0, 1.0],
+        synthesis=added,
+    )
+    levels = {round(float((data[i]["rain"] - data[i]["clean"]).mean() * 255)) for i in range(20)}
+    assert levels == {30}
+    with pytest.raises(ValueError, match="rendered_layer_weights: 1 weights summing to 1 for 2 layers"):
+        SyntheticRainDataset(
+            [np.full((40, 40, 3), 100, np.uint8)],
+            length=1,
+            patch_size=8,
+            rendered_layers=layers,
+            rendered_layer_weights=[1.0],
+        )
+
+
 @pytest.mark.parametrize(("mix", "layers"), [(0.0, 1), (1.0, 2)])
 def test_synthetic_transplant_mix_adds_a_second_layer(mix: float, layers: int) -> None:
     clean = [np.full((40, 40, 3), 100, np.uint8)]

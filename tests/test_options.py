@@ -84,3 +84,16 @@ def test_procedural_styles_are_checked() -> None:
 def test_transplant_shares_out_of_range_name_the_option(tmp_path: Path, shares, message) -> None:
     with pytest.raises(DataError, match=message):
         Synthesis(transplant_from=(str(tmp_path / "a"), str(tmp_path / "b")), transplant_shares=shares)
+
+
+def test_layer_shares_give_one_share_a_layer_folder(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    folders = (str(tmp_path / "a"), str(tmp_path / "b"))
+    assert Synthesis(layer_dirs=folders, layer_shares=[1, 0]).layer_shares == (1.0, 0.0)
+    with pytest.raises(
+        DataError, match=r"layer_shares \[1.0\] must give one share .* each of the 2 layer_dirs"
+    ):
+        Synthesis(layer_dirs=folders, layer_shares=(1.0,))
+    with pytest.raises(DataError, match=r"layer_shares \[0.5, 0.6\] must sum to 1"):
+        Synthesis(layer_dirs=folders, layer_shares=(0.5, 0.6))

@@ -92,6 +92,25 @@ def test_transplant_shares_give_each_donor_folder_its_share(tmp_path: Path) -> N
         synthetic_pool(other, donors=donors, held=[])
 
 
+def test_layer_shares_give_each_layer_folder_its_share(tmp_path: Path) -> None:
+    streaks = np.zeros((40, 40), np.uint8)
+    streaks[:, ::5] = 80
+    for i in range(3):
+        write(tmp_path / "garg" / f"{i}.png", streaks)
+    write(tmp_path / "teacher" / "t.png", np.dstack([streaks] * 3))
+    folders = (str(tmp_path / "garg"), str(tmp_path / "teacher"))
+    synthesis = Synthesis(
+        builtin_photos=True, layer_dirs=folders, layer_shares=(0.4, 0.6), transplant_prob=1.0
+    )
+    pool = synthetic_pool(synthesis, donors=None, held=[])
+    assert [layer.shape[2] for layer in pool.rendered_layers] == [1, 1, 1, 3]
+    np.testing.assert_allclose(pool.rendered_layer_weights, [0.4 / 3] * 3 + [0.6])
+    equal = synthetic_pool(
+        Synthesis(builtin_photos=True, layer_dirs=folders, transplant_prob=1.0), donors=None, held=[]
+    )
+    assert equal.rendered_layer_weights is None  # no shares: every layer equally likely
+
+
 def test_layer_dirs_are_read_grey_or_colour_and_checked(tmp_path: Path, caplog) -> None:
     streaks = np.zeros((60, 70), np.uint8)
     streaks[:, ::7] = 90

@@ -259,3 +259,24 @@ def main_again_refused(teacher, argv, capsys) -> bool:
     before = sorted(p.name for p in Path(argv[0]).rglob("*"))
     refused = teacher.main(argv) == 2 and "exists; remove it" in capsys.readouterr().err
     return refused and sorted(p.name for p in Path(argv[0]).rglob("*")) == before
+
+
+def test_teacher_layers_are_what_the_teacher_takes_away(tmp_path, tiny_weights, capsys):
+    rng = np.random.default_rng(1)
+    rain = tmp_path / "data" / "real-rainy" / "rain"
+    rain.mkdir(parents=True)
+    for name in ("s-1.png", "s-2.png"):
+        cv2.imwrite(str(rain / name), rng.integers(0, 255, (80, 100, 3), dtype=np.uint8))
+    common = ["--data", str(tmp_path / "data"), "--teacher", str(tiny_weights), "--tile", "64"]
+    assert tool("teacher_pairs").main([str(tmp_path / "pairs"), *common]) == 0
+    assert tool("teacher_pairs").main([str(tmp_path / "layers"), *common, "--layers"]) == 0
+    assert "4 layer tiles of 1 photos" in capsys.readouterr().out.splitlines()[-1]
+    assert not (tmp_path / "layers" / "rain").exists()
+    names = sorted(p.name for p in (tmp_path / "layers" / "layers").iterdir())
+    assert names == sorted(
+        p.name for p in (tmp_path / "pairs" / "rain").iterdir()
+    )  # the same split and tiles
+    for name in names:
+        rainy, target = (cv2.imread(str(tmp_path / "pairs" / d / name)) for d in ("rain", "norain"))
+        layer = cv2.imread(str(tmp_path / "layers" / "layers" / name))
+        assert np.array_equal(layer, rainy - target) and layer.any()

@@ -1,6 +1,7 @@
 """Pairs from a teacher on real rain: a seeded half of ``real-rainy/``'s photos and what stage 9 makes of them.
 
     DERAIN_DATA=../shared/data python tools/teacher_pairs.py runs/teacher-real        # under a minute on 2 cores
+    DERAIN_DATA=../shared/data python tools/teacher_pairs.py runs/teacher-layers --layers
 
 Real rainy photos have no clean image; derain-small (stage 9) removes most of their rain, long bright heavy
 streaks included, where the derain-base legs trained on synthetic pairs leave them (docs/history.md, "derain-base,
@@ -16,6 +17,11 @@ photos left out, on which ``tools/real_rain.py`` readings stay clean of the dist
 The folder is a pair folder (``rain/``, ``norain/``), for ``pairs.train_dirs``, built beside ``OUT`` and renamed
 when whole (an ``OUT`` that exists is refused: old tiles would train on photos a new split holds out); an unreadable
 photo is named and skipped; the same arguments give the same files.
+
+``--layers`` writes the rain the teacher takes away instead of pairs: ``layers/NAME.png``, ``rainy − target`` per
+tile (uint8, zero where the teacher adds nothing), for ``synthesis.layer_dirs``. Transplanted on the clean photos,
+real streaks are learnt on backgrounds that change every sample, not on the 61 photos' own (whose pairs leg 7
+matched and did not generalise from; docs/history.md, "derain-base, leg 8").
 """
 
 from __future__ import annotations
@@ -83,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fraction", type=float, default=0.5, help="share of each source distilled")
     parser.add_argument("--tile", type=int, default=512, help="tile side in pixels")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--layers", action="store_true", help="write the rain layers the teacher removes (layers/), not pairs"
+    )
     args = parser.parse_args(argv)
     if not 0 < args.fraction < 1:
         parser.error(f"--fraction must be between 0 and 1, got {args.fraction}")
@@ -119,17 +128,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped {path}: {err}", file=sys.stderr)
             continue
         target = teacher_target(rainy, restore(teacher, rainy))
+        layer = rainy - target  # target <= rainy: no wrap-around
         for k, (y, x, h, w) in enumerate(tiles(*rainy.shape[:2], args.tile)):
             name = f"{path.stem}-t{k}.png"
-            write_image_atomic(partial / "rain" / name, rainy[y : y + h, x : x + w])
-            write_image_atomic(partial / "norain" / name, target[y : y + h, x : x + w])
+            if args.layers:
+                write_image_atomic(partial / "layers" / name, layer[y : y + h, x : x + w])
+            else:
+                write_image_atomic(partial / "rain" / name, rainy[y : y + h, x : x + w])
+                write_image_atomic(partial / "norain" / name, target[y : y + h, x : x + w])
             rows.append([name, path.name, y, x])
     with (partial / "manifest.csv").open("w", newline="") as f:
         csv.writer(f).writerows([["name", "photo", "top", "left"], *rows])
     (partial / "held-out.txt").write_text("".join(f"{f.name}\n" for f in held))
     partial.rename(args.out)
     used = len(distilled) - len(skipped)
-    print(f"{len(rows)} tiles of {used} photos in {args.out}; {len(held)} photos held out")
+    kind = "layer tiles" if args.layers else "tiles"
+    print(f"{len(rows)} {kind} of {used} photos in {args.out}; {len(held)} photos held out")
     return 0
 
 

@@ -99,6 +99,19 @@ class PairedDataset(Seeded, Dataset):
         return item | {"set": self.sets[index]}
 
 
+def _layer_weights(name: str, weights: Sequence[float] | None, layers: list[np.ndarray]) -> np.ndarray | None:
+    """``weights`` as an array, checked to give one chance a layer of ``layers``, summing to 1 (None stays)."""
+    if weights is None:
+        return None
+    chances = np.asarray(weights, float)
+    if len(chances) != len(layers) or abs(chances.sum() - 1) > 1e-6:
+        raise ValueError(
+            f"{name}: {len(chances)} weights summing to {chances.sum():g} for "
+            f"{len(layers)} layers; give one a layer, summing to 1"
+        )
+    return chances
+
+
 class SyntheticRainDataset(Seeded, Dataset):
     """Rain rendered on the fly onto random crops of clean photos: procedural streaks or transplanted layers.
 
@@ -120,6 +133,7 @@ class SyntheticRainDataset(Seeded, Dataset):
         pair_layer_weights: the chance of each of ``pair_layers`` being drawn (summing to 1); default equal.
         rendered_layers: rendered rain layers (``synthesis.layer_dirs``), uint8 (H, W, 1) grey or (H, W, 3),
             transplanted like ``pair_layers``.
+        rendered_layer_weights: the chance of each of ``rendered_layers``, as ``pair_layer_weights``.
         seed: seed of the random stream.
         fixed: item ``i`` is always the same (seeded by ``seed`` and ``i``), for validation sets; otherwise
             each DataLoader worker draws its own stream, new every epoch.
@@ -138,6 +152,7 @@ class SyntheticRainDataset(Seeded, Dataset):
         pair_layers: Sequence[np.ndarray] = (),
         pair_layer_weights: Sequence[float] | None = None,
         rendered_layers: Sequence[np.ndarray] = (),
+        rendered_layer_weights: Sequence[float] | None = None,
         seed: int = 0,
         fixed: bool = False,
         rotate90: bool = False,
@@ -154,14 +169,11 @@ class SyntheticRainDataset(Seeded, Dataset):
         self.clean_images = list(clean_images)
         self.synthesis = synthesis
         self.pair_layers = list(pair_layers)
-        weights = None if pair_layer_weights is None else np.asarray(pair_layer_weights, float)
-        if weights is not None and (len(weights) != len(self.pair_layers) or abs(weights.sum() - 1) > 1e-6):
-            raise ValueError(
-                f"pair_layer_weights: {len(weights)} weights summing to {weights.sum():g} for "
-                f"{len(self.pair_layers)} layers; give one a layer, summing to 1"
-            )
-        self.pair_layer_weights = weights
+        self.pair_layer_weights = _layer_weights("pair_layer_weights", pair_layer_weights, self.pair_layers)
         self.rendered_layers = list(rendered_layers)
+        self.rendered_layer_weights = _layer_weights(
+            "rendered_layer_weights", rendered_layer_weights, self.rendered_layers
+        )
         self.length = length
         layers = self.pair_layers or self.rendered_layers
         self.transplant_prob = (
@@ -193,7 +205,7 @@ class SyntheticRainDataset(Seeded, Dataset):
             layers, weights = self.pair_layers, self.pair_layer_weights
             # drawn only with both kinds of layer: with one kind, the stream is that of a set with only that kind
             if self.rendered_layers and (not layers or rng.random() < syn.layer_share):
-                layers, weights = self.rendered_layers, None
+                layers, weights = self.rendered_layers, self.rendered_layer_weights
             rainy = transplant_layers(
                 clean,
                 layers,

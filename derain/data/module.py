@@ -147,6 +147,7 @@ class DerainDataModule(L.LightningDataModule):
                     pair_layers=pool.pair_layers,
                     pair_layer_weights=pool.pair_layer_weights,
                     rendered_layers=pool.rendered_layers,
+                    rendered_layer_weights=pool.rendered_layer_weights,
                     seed=self.seed,
                     rotate90=self.rotate90,
                 )

@@ -146,6 +146,8 @@ class Synthesis:
             Nayar's streak database), transplanted like the pairs' layers.
         layer_share: share of the transplanted samples whose layer comes from ``layer_dirs`` when the pairs
             give layers too (the rest take a pair's layer).
+        layer_shares: the share of those rendered layers each of ``layer_dirs`` gives (one a folder, summing to
+            1), as ``transplant_shares`` does for the pairs'; default: every layer equally likely.
         layer_augment: random gain, resizing and turn of each transplanted layer, and the chance of a second
             one on top (``derain.synth.LayerAugment``; the default changes nothing).
         composite_beta: how rain is put on a photo, ``clean + layer · (1 − β · clean)`` (``derain.synth.
@@ -173,6 +175,7 @@ class Synthesis:
     transplant_shares: tuple[float, ...] = ()
     layer_dirs: tuple[str, ...] = ()
     layer_share: float = 0.5
+    layer_shares: tuple[float, ...] = ()
     layer_augment: LayerAugment = field(default_factory=LayerAugment)
     composite_beta: float = COMPOSITE_BETA
     rain_free_prob: float = 0.0
@@ -189,16 +192,8 @@ class Synthesis:
                 if not Path(folder).is_dir():
                     raise DataError(f"{what} folder {folder} ({option}) does not exist")
         check_probability("transplant_prob", self.transplant_prob)
-        if self.transplant_shares:
-            shares = tuple(float(x) for x in self.transplant_shares)
-            object.__setattr__(self, "transplant_shares", shares)
-            if len(shares) != len(self.transplant_from) or any(not 0 <= x <= 1 for x in shares):
-                raise DataError(
-                    f"transplant_shares {list(shares)} must give one share in [0, 1] for each of the "
-                    f"{len(self.transplant_from)} transplant_from folders"
-                )
-            if abs(sum(shares) - 1.0) > 1e-6:
-                raise DataError(f"transplant_shares {list(shares)} must sum to 1, got {sum(shares):g}")
+        for option, folders in (("transplant_shares", "transplant_from"), ("layer_shares", "layer_dirs")):
+            self._check_shares(option, folders)
         check_probability("layer_share", self.layer_share)
         check_probability("composite_beta", self.composite_beta)
         check_probability("rain_free_prob", self.rain_free_prob)
@@ -207,6 +202,21 @@ class Synthesis:
         )
         if self.length < 0 or self.val_length < 0:
             raise DataError(f"length and val_length must be >= 0, got {self.length} and {self.val_length}")
+
+    def _check_shares(self, option: str, folders: str) -> None:
+        """``option`` (``transplant_shares``, ``layer_shares``): empty, or one share a folder of ``folders``, in
+        [0, 1], summing to 1 (stored as floats)."""
+        if not getattr(self, option):
+            return
+        shares = tuple(float(x) for x in getattr(self, option))
+        object.__setattr__(self, option, shares)
+        count = len(getattr(self, folders))
+        if len(shares) != count or any(not 0 <= x <= 1 for x in shares):
+            raise DataError(
+                f"{option} {list(shares)} must give one share in [0, 1] for each of the {count} {folders} folders"
+            )
+        if abs(sum(shares) - 1.0) > 1e-6:
+            raise DataError(f"{option} {list(shares)} must sum to 1, got {sum(shares):g}")
 
     @property
     def used(self) -> bool:

@@ -44,6 +44,8 @@ class SyntheticPool:
     """Each pair layer's chance (``synthesis.transplant_shares``), or None for equal chances."""
     rendered_layers: list[np.ndarray] = field(default_factory=list)
     """The rendered layers of ``synthesis.layer_dirs``, uint8 (H, W, 1) grey or (H, W, 3)."""
+    rendered_layer_weights: np.ndarray | None = None
+    """Each rendered layer's chance (``synthesis.layer_shares``), or None for equal chances."""
 
 
 def synthetic_pool(
@@ -77,13 +79,24 @@ def synthetic_pool(
     if not photos:
         return SyntheticPool(dropped_photos=len(shown))
     layers, weights = _pair_layers(synthesis, donors)
+    rendered, rendered_weights = _rendered_layers(synthesis)
     return SyntheticPool(
         photos=photos,
         dropped_photos=len(shown),
         pair_layers=layers,
         pair_layer_weights=weights,
-        rendered_layers=_rendered_layers(synthesis),
+        rendered_layers=rendered,
+        rendered_layer_weights=rendered_weights,
     )
+
+
+def _chances(shares: tuple[float, ...], sizes: list[int]) -> np.ndarray | None:
+    """Each item's chance when folder ``k`` of ``sizes[k]`` items gives ``shares[k]`` of the draws; None (equal
+    chances) without shares."""
+    if not shares:
+        return None
+    chances = [share / size for share, size in zip(shares, sizes, strict=True) for _ in range(size)]
+    return np.asarray(chances) / np.sum(chances)
 
 
 def _read_folder(folder: str, what: tuple[str, str], read: Callable[[Path], np.ndarray]) -> list[np.ndarray]:
@@ -124,10 +137,7 @@ def _pair_layers(
             for group in groups
             for i in group
         ]
-        if syn.transplant_shares:
-            shares = zip(syn.transplant_shares, groups, strict=True)
-            chances = [share / len(g) for share, g in shares for _ in g]
-            weights = np.asarray(chances) / np.sum(chances)
+        weights = _chances(syn.transplant_shares, [len(g) for g in groups])
     if not layers and not syn.layer_dirs and syn.layer_augment != LayerAugment():
         log.warning("synthesis.layer_augment has no effect: no rain layers are transplanted")
     return layers, weights
@@ -138,12 +148,14 @@ def _rendered_layer(path: Path) -> np.ndarray:
     return image[:, :, None] if image.ndim == 2 else image[:, :, :3]
 
 
-def _rendered_layers(synthesis: Synthesis) -> list[np.ndarray]:
-    """The rendered rain layers of ``layer_dirs`` (none when nothing is transplanted)."""
+def _rendered_layers(synthesis: Synthesis) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """The rendered rain layers of ``layer_dirs`` (none when nothing is transplanted), and each one's chance
+    (``layer_shares``)."""
     if synthesis.transplant_prob == 0:
-        return []
+        return [], None
     what = ("rain layer", "layer_dirs")
-    layers = [im for folder in synthesis.layer_dirs for im in _read_folder(folder, what, _rendered_layer)]
+    groups = [_read_folder(folder, what, _rendered_layer) for folder in synthesis.layer_dirs]
+    layers = [im for group in groups for im in group]
     if layers:
         log.info("%d rendered rain layers from %s", len(layers), ", ".join(synthesis.layer_dirs))
-    return layers
+    return layers, _chances(synthesis.layer_shares, [len(g) for g in groups])
