@@ -1,5 +1,5 @@
-"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|pin|models|grow ...``, one front door to the
-commands.
+"""The ``derain`` command: ``derain infer|fit|evaluate|app|export|info|recipe|pin|models|grow ...``, one front
+door to the commands.
 
 Each subcommand is the command of the same name (``derain infer --help`` is ``python -m derain.infer --help``;
 ``derain models`` is ``derain.catalog``, as ``derain.models`` holds the networks), imported only when asked for:

@@ -142,11 +142,11 @@ def pin_stage(recipe: Recipe, name: str, *, needs: tuple[str, ...] = (), note: s
     }
     text = recipe.file.read_text()
     text += "" if text.endswith("\n") else "\n"
+    expected = yaml.safe_load(text)  # what the edited text must read back as
     (sha_start, sha_end), end, indent = _pin_edits(text, recipe.file)
     added = "".join(f"{indent}{line}\n" for line in _stage_lines(stage, note))
     for start, stop, replacement in sorted([(sha_start, sha_end, new_sha), (end, end, added)], reverse=True):
         text = text[:start] + replacement + text[stop:]  # the later offset first: the earlier one stays right
-    expected = yaml.safe_load(recipe.file.read_text())
     expected["continuation"]["sha256"] = new_sha
     expected["stages"].append(stage)
     try:

@@ -369,6 +369,8 @@ def test_a_trained_leg_is_pinned_as_the_last_stage_and_its_float16_becomes_the_c
     save_net(tiny_net(seed=11), target)
     assert pin([str(file), "d"]) == 2 and "the recipe expects" in capsys.readouterr().err
     assert file.read_text() == text
+    with pytest.raises(SystemExit):
+        main([str(file), "--pin", "d"])  # pinning is derain pin's, not an option of derain recipe
 
 
 def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tmp_path, capsys) -> None:
@@ -396,9 +398,8 @@ def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tm
     text = file.read_text()
     new_sha = tensors_sha256(float16_tensors(read_safetensors(out_b)[1]))
     assert text.startswith(head.replace(f"{started}  # its", f"{new_sha}  # its"))
-    assert text.endswith(
-        "  # float32, as exported\n" + tail
-    )  # the stage sits before the next section's comment
+    # the stage sits before the next section's comment
+    assert text.endswith("  # float32, as exported\n" + tail)
     assert "\n  - name: b\n    config: b.yaml\n    over: [a.yaml]\n" in text  # indented as the list's items
     b = load_recipe(str(file)).stages[-1]
     assert b.input.path == (tmp_path / "runs" / "a" / "float16.safetensors").as_posix() and b.step is None

@@ -128,14 +128,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped {path}: {err}", file=sys.stderr)
             continue
         target = teacher_target(rainy, restore(teacher, rainy))
-        layer = rainy - target  # target <= rainy: no wrap-around
+        # what is written a tile: the rain the teacher takes away (target <= rainy: no wrap-around), or the pair
+        images = {"layers": rainy - target} if args.layers else {"rain": rainy, "norain": target}
         for k, (y, x, h, w) in enumerate(tiles(*rainy.shape[:2], args.tile)):
             name = f"{path.stem}-t{k}.png"
-            if args.layers:
-                write_image_atomic(partial / "layers" / name, layer[y : y + h, x : x + w])
-            else:
-                write_image_atomic(partial / "rain" / name, rainy[y : y + h, x : x + w])
-                write_image_atomic(partial / "norain" / name, target[y : y + h, x : x + w])
+            for folder, image in images.items():
+                write_image_atomic(partial / folder / name, image[y : y + h, x : x + w])
             rows.append([name, path.name, y, x])
     with (partial / "manifest.csv").open("w", newline="") as f:
         csv.writer(f).writerows([["name", "photo", "top", "left"], *rows])
