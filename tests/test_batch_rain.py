@@ -71,7 +71,7 @@ def test_the_data_module_renders_deferred_rain_on_the_device() -> None:
 
 
 @pytest.mark.parametrize(
-    "style", ["light", "heavy", "rain100h", "layered"]
+    "style", ["light", "heavy", "rain100h", "layered", "drizzle"]
 )  # widths 1, 1-2, 2 px; layered: own
 # directions, falloff, blur and location maps
 def test_batch_rain_draws_the_rain_of_add_rain(style: str) -> None:

@@ -112,6 +112,19 @@ def test_the_heavy_styles_render_heavy_rain() -> None:
         )
 
 
+def test_drizzle_is_fine_rain_over_more_of_the_frame_than_light_and_fainter_than_medium() -> None:
+    """"drizzle" (the webcam frames' kind of rain): many short faint streaks, not a few bright ones."""
+    clean = np.full((128, 128, 3), 0.4, np.float32)
+
+    def added(style: str) -> np.ndarray:
+        return np.stack([(add_rain(clean, np.random.default_rng(s), style) - clean).mean(2) for s in range(8)])
+
+    light, drizzle, medium = added("light"), added("drizzle"), added("medium")
+    assert (drizzle > 0.02).mean() > 4 * (light > 0.02).mean()
+    assert np.quantile(drizzle, 0.99) < 0.6 * np.quantile(medium, 0.99)
+    assert (drizzle >= -1e-6).all() and drizzle.max() < 0.5
+
+
 def test_batch_rain_draws_for_the_older_styles_what_it_drew_before() -> None:
     """BatchRain draws no random numbers for options a style leaves off (sums recorded at commit cc6bd30)."""
     recorded = {"light": 4141.1611, "heavy": 6885.6309, "rain100h": 6960.8716}
