@@ -103,7 +103,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     run_dir = Path(trainer.default_root_dir)
     last = cli.last
     if cli.start.fine_tune_from is not None:
-        load_init_weights(cli.model.net, cli.start.fine_tune_from)
+        cli.model.started_from = load_init_weights(cli.model.net, cli.start.fine_tune_from)
     if cli.start.found_last and trainer.is_global_zero:
         step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
         print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from derain.io import atomic_output
-from derain.recipe import SOURCE, Recipe, RecipeError, Stage, check_weights, load_recipe
+from derain.recipe import SOURCE, Pinned, Recipe, RecipeError, Stage, check_weights, load_recipe
 from derain.weights import WeightsError, float16_tensors, read_safetensors, save_float16, tensors_sha256
 from derain.weights.provenance import read_provenance
 
@@ -77,6 +77,26 @@ def _leg_output(recipe: Recipe, name: str, needs: tuple[str, ...], note: str) ->
     return config, output
 
 
+def _check_start(name: str, output: Path, provenance: dict[str, Any], continuation: Pinned) -> None:
+    """A leg's output must have started from the continuation: by the tensors' sha256 its provenance records
+    (``started_from``), or, for an output exported before provenance recorded it, by its ``init_weights`` path (run from
+    the repository's root, as the recipe runs)."""
+    started = provenance.get("started_from")
+    if isinstance(started, dict):
+        if started.get("tensors_sha256") != continuation.sha256:
+            raise RecipeError(
+                f"{name}: {output} started from {started.get('file')} (tensors sha256 "
+                f"{started.get('tensors_sha256')}), not the continuation ({continuation.sha256})"
+            )
+        return
+    init = (provenance.get("config") or {}).get("init_weights")
+    if init is None or (SOURCE / init).resolve() != (SOURCE / continuation.path).resolve():
+        raise RecipeError(
+            f"{name}: {output}'s provenance records no start from the continuation {continuation.path} "
+            f"(init_weights: {init})"
+        )
+
+
 def _stage_lines(stage: dict[str, Any], note: str) -> list[str]:
     """A pinned stage as recipe.yaml writes one (flow lists, a comment on the name and on the float32 hash)."""
     lines = [
@@ -106,8 +126,9 @@ def pin_stage(recipe: Recipe, name: str, *, needs: tuple[str, ...] = (), note: s
 
     Raises:
         RecipeError: the recipe has no continuation, the stage exists, its config or output is missing or the
-            output is an earlier stage's, the committed continuation is not the hash the recipe records, a
-            ``needs`` is not one of the recipe's ``prepare`` steps, or the edited text would not read back.
+            output is an earlier stage's or did not start from the continuation (its provenance), the committed
+            continuation is not the hash the recipe records, a ``needs`` is not one of the recipe's ``prepare``
+            steps, or the edited text would not read back.
     """
     config, output = _leg_output(recipe, name, needs, note)
     stored = SOURCE / recipe.continuation.path  # type: ignore[union-attr]
@@ -121,6 +142,7 @@ def pin_stage(recipe: Recipe, name: str, *, needs: tuple[str, ...] = (), note: s
     earlier = [s.name for s in recipe.stages if s.output.sha256 == out_sha]
     if earlier:
         raise RecipeError(f"{name}: {output} is the output of stage {earlier[0]}, not a new leg's")
+    _check_start(name, output, provenance, recipe.continuation)  # type: ignore[arg-type]
     last = recipe.stages[-1]
     step = provenance.get("steps")
     stage = {

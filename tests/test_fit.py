@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import TINY_NET
+from helpers import TINY_NET, tiny_net
 from safetensors import safe_open
 from training_helpers import QUIET, make_folder
 
@@ -25,7 +25,7 @@ from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
 from derain.train.export import export_source
-from derain.weights import WeightsError, load_net
+from derain.weights import WeightsError, load_net, save_net, tensors_sha256
 from derain.weights.provenance import read_provenance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,7 +176,8 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
         "--trainer.check_val_every_n_epoch=1",
         "--trainer.log_every_n_steps=1",
     ]
-    assert fit_main([*common, "--trainer.max_steps=8"]) == 0
+    start = save_net(tiny_net(seed=3), tmp_path / "start.safetensors")
+    assert fit_main([*common, "--trainer.max_steps=8", f"--init_weights={start}"]) == 0
     last = run / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)
     assert saved["global_step"] == 8 and {"optimizer_states", "lr_schedulers"} <= saved.keys()  # resumable
@@ -205,6 +206,8 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     assert "val/psnr_y" in prov["validation"]["last"] and prov["validation"]["best"]["checkpoint"].startswith(
         "best-"
     )
+    # what the run started from, kept through the resume (which did not read init_weights)
+    assert prov["started_from"] == {"file": str(start), "tensors_sha256": tensors_sha256(start)}
     record = json.loads(meta["net"])
     assert record["class_path"] == "derain.models.net.DerainNet"
     net = DerainNet(**record["init_args"])

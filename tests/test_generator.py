@@ -113,11 +113,13 @@ def test_the_heavy_styles_render_heavy_rain() -> None:
 
 
 def test_drizzle_is_fine_rain_over_more_of_the_frame_than_light_and_fainter_than_medium() -> None:
-    """"drizzle" (the webcam frames' kind of rain): many short faint streaks, not a few bright ones."""
+    """ "drizzle" (the webcam frames' kind of rain): many short faint streaks, not a few bright ones."""
     clean = np.full((128, 128, 3), 0.4, np.float32)
 
     def added(style: str) -> np.ndarray:
-        return np.stack([(add_rain(clean, np.random.default_rng(s), style) - clean).mean(2) for s in range(8)])
+        return np.stack(
+            [(add_rain(clean, np.random.default_rng(s), style) - clean).mean(2) for s in range(8)]
+        )
 
     light, drizzle, medium = added("light"), added("drizzle"), added("medium")
     assert (drizzle > 0.02).mean() > 4 * (light > 0.02).mean()

@@ -5,6 +5,8 @@ and weights that are not the ones the recipe names stop it in one line naming bo
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -344,8 +346,21 @@ def test_a_trained_leg_is_pinned_as_the_last_stage_and_its_float16_becomes_the_c
     assert pin(argv) == 2 and "no config" in capsys.readouterr().err  # c.yaml is not there yet
     (tmp_path / "c.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'c'}\n")
     assert pin(argv) == 2 and "train the leg first" in capsys.readouterr().err
-    provenance = {"provenance": '{"steps": 12, "checkpoint": "last.ckpt"}'}
-    out_c = save_net(tiny_net(seed=9), tmp_path / "runs" / "c" / "model.safetensors", extra=provenance)
+    out_c = tmp_path / "runs" / "c" / "model.safetensors"
+    start = {"file": "other.safetensors", "tensors_sha256": sha}  # started from stage a's float32 output
+    for provenance, message in (
+        ({"steps": 12}, "records no start from the continuation"),
+        ({"steps": 12, "config": {"init_weights": "other.safetensors"}}, "init_weights: other.safetensors"),
+        ({"steps": 12, "started_from": start}, f"started from other.safetensors \\(tensors sha256 {sha}\\)"),
+    ):
+        save_net(tiny_net(seed=9), out_c, extra={"provenance": json.dumps(provenance)})
+        assert pin(argv) == 2 and re.search(message, capsys.readouterr().err)
+    assert (
+        file.read_text().startswith("# the tiny run\n") and "name: c" not in file.read_text()
+    )  # nothing written
+    start = {"file": str(target), "tensors_sha256": tensors_sha256(target)}
+    provenance = {"provenance": json.dumps({"steps": 12, "checkpoint": "last.ckpt", "started_from": start})}
+    save_net(tiny_net(seed=9), out_c, extra=provenance)
     assert pin([*argv[:2], "--needs", "nothing"]) == 2 and "does not prepare" in capsys.readouterr().err
     assert pin(argv) == 0 and "pinned c" in capsys.readouterr().out
     recipe = load_recipe(str(file))
@@ -379,7 +394,9 @@ def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tm
     started = tensors_sha256(target)
     (tmp_path / "a.yaml").write_text("model:\n  lr: 0.001\n")
     (tmp_path / "b.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'b'}\n")
-    out_b = save_net(tiny_net(seed=2), tmp_path / "runs" / "b" / "model.safetensors")
+    # exported before provenance recorded started_from: its init_weights path names the continuation
+    legacy = {"provenance": json.dumps({"config": {"init_weights": str(target)}})}
+    out_b = save_net(tiny_net(seed=2), tmp_path / "runs" / "b" / "model.safetensors", extra=legacy)
     head = (
         "# a run in progress\n"
         "continuation:  # where the next leg starts\n"

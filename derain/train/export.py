@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch import Trainer
 
-from derain.weights import WeightsNotFoundError
+from derain.weights import STARTED_KEY, WeightsNotFoundError
 from derain.weights.provenance import provenance, provenance_metadata
 
 __all__ = ["export_provenance", "export_source"]
@@ -34,20 +34,25 @@ def export_source(chosen: str, best: str, last: Path) -> str:
 
 def export_provenance(config: dict, trainer: Trainer, checkpoint: str | Path) -> dict[str, str]:
     """The provenance metadata of the weights exported from ``checkpoint`` at the end of a run: the resolved
-    config, the commit, the data manifest, the checkpoint's step and the validation scores (the last validation's,
-    and the monitored best).
+    config, the commit, the data manifest, the checkpoint's step, the validation scores (the last validation's,
+    and the monitored best) and, for a run that started from ``--init_weights``, ``started_from`` (the file as
+    named and its tensors' sha256).
 
     Args:
         config: the run's resolved config, as plain data (what ``derain fit --print_config`` prints).
         trainer: the trainer that ran, for its validation scores and best checkpoint.
         checkpoint: the checkpoint the weights are exported from.
     """
-    step = torch.load(checkpoint, map_location="cpu", weights_only=True).get("global_step", 0)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    step = saved.get("global_step", 0)
     metrics = trainer.callback_metrics
     validation: dict = {"last": {k: round(float(v), 4) for k, v in metrics.items() if k.startswith("val")}}
     callback = trainer.checkpoint_callback
     if callback is not None and callback.best_model_score is not None:
         best = {callback.monitor: round(float(callback.best_model_score), 4)}
         validation["best"] = {**best, "checkpoint": Path(callback.best_model_path).name}
-    prov = provenance(config=config, steps=step, validation=validation, checkpoint=Path(checkpoint).name)
+    started = {"started_from": saved[STARTED_KEY]} if STARTED_KEY in saved else {}
+    prov = provenance(
+        config=config, steps=step, validation=validation, checkpoint=Path(checkpoint).name, **started
+    )
     return provenance_metadata(prov)

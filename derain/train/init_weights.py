@@ -6,16 +6,20 @@ import os
 
 from torch import nn
 
-from derain.weights import WeightsError, load_net
+from derain.weights import WeightsError, load_net, resolve, tensors_sha256
 
 __all__ = ["load_init_weights"]
 
 
-def load_init_weights(net: nn.Module, path: str | os.PathLike) -> None:
+def load_init_weights(net: nn.Module, path: str | os.PathLike) -> dict[str, str]:
     """Copy the weights stored in ``path`` (safetensors, Lightning checkpoint, or ``"packaged"``) into ``net``.
 
     The tensors must fit ``net`` exactly (names and shapes); settings that hold no weights (``grad_checkpoint``,
     top-k ratios) may differ.
+
+    Returns:
+        what the run started from, for its checkpoints and provenance: ``file`` as named and the ``tensors_sha256``
+        of the file's tensors as stored (a float16 file's hash is its float16 tensors').
 
     Raises:
         WeightsError: the file is missing or unreadable, or its weights do not fit ``net`` (the message names the
@@ -40,3 +44,7 @@ def load_init_weights(net: nn.Module, path: str | os.PathLike) -> None:
         raise WeightsError(
             f"init_weights {path}: the weights do not fit the configured network ({why})"
         ) from None
+    return {
+        "file": str(path),
+        "tensors_sha256": tensors_sha256(resolve(None if str(path) == "packaged" else path)),
+    }

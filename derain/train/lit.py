@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from derain.metrics import DerainMetrics
 from derain.models import network_record
-from derain.weights import CHECKPOINT_KEY, WeightsError
+from derain.weights import CHECKPOINT_KEY, STARTED_KEY, WeightsError
 
 from .schedule import WarmupCosine
 
@@ -134,6 +134,9 @@ class DerainLitModule(L.LightningModule):
         # what training steps run instead of net (CompileTraining's compiled forward: no module, no state keys)
         self.train_forward: Callable[[Tensor], Tensor] | None = None
         self._planned_schedule: WarmupCosine | None = None  # the schedule this run's settings give
+        # the weights the run started from (derain.fit --init_weights: file and tensors sha256), kept in its
+        # checkpoints so that a resumed run's export still records them
+        self.started_from: dict[str, str] | None = None
 
     def forward(self, rain: Tensor) -> Tensor:
         return self.net(rain)
@@ -225,14 +228,18 @@ class DerainLitModule(L.LightningModule):
             )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the network's record (``class_path`` + ``init_args``) for ``derain.export`` and ``load_model``."""
+        """Keep the network's record (``class_path`` + ``init_args``) for ``derain.export`` and ``load_model``, and
+        what the run started from (``started_from``) for the exported provenance."""
         if getattr(self.net, "init_args", None) is not None:
             checkpoint[CHECKPOINT_KEY] = network_record(self.net)
+        if self.started_from is not None:
+            checkpoint[STARTED_KEY] = dict(self.started_from)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint of derain's old moving average; resume an averaged run without averaging from its
         raw weights (Lightning's ``WeightAveraging`` keeps them as ``current_model_state``)."""
         trainer = self._trainer
+        self.started_from = checkpoint.get(STARTED_KEY, self.started_from)
         if any(k.startswith("ema.") for k in checkpoint.get("state_dict", {})):
             raise WeightsError(
                 f"{getattr(trainer, 'ckpt_path', None) or 'the checkpoint'}: written with the old "

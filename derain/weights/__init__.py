@@ -40,6 +40,7 @@ __all__ = [
     "CHECKPOINT_KEY",
     "CHECKPOINT_PREFIXES",
     "PACKAGED_WEIGHTS",
+    "STARTED_KEY",
     "WeightsError",
     "WeightsNotFoundError",
     "export_checkpoint",
@@ -62,6 +63,9 @@ FORMAT = "derain-net-v2"
 
 CHECKPOINT_KEY = "derain_net"
 """Where a ``DerainLitModule`` checkpoint keeps the network's record."""
+
+STARTED_KEY = "derain_started_from"
+"""Where a ``DerainLitModule`` checkpoint keeps what its run started from (``--init_weights``: file, tensors sha256)."""
 
 CHECKPOINT_PREFIXES = ("ema.", "net.")
 """The state-dict prefixes of a ``DerainLitModule`` checkpoint's networks, in the order they are preferred:
