@@ -127,7 +127,6 @@ class DerainLitModule(L.LightningModule):
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net = net.to(memory_format=self.memory_format)
         self.loss_fn = LOSSES[loss]
-        self.left_weight = float(rain_left_weight)
         self.metrics = nn.ModuleDict({s: DerainMetrics() for s in ("val", "test", "test_input")})
         self.set_metrics = nn.ModuleDict()  # per validation data set (items' "set"), added as sets appear
         self.set_keys: dict[str, str] = {}  # set names to keys there (a name like "a.b" is not a key)
@@ -147,10 +146,11 @@ class DerainLitModule(L.LightningModule):
         forward = self.train_forward if stage == "train" and self.train_forward is not None else self.net
         pred = forward(rain)
         clean = batch["clean"]
-        if self.left_weight == 1.0:
+        left = float(self.hparams["rain_left_weight"])
+        if left == 1.0:
             loss = self.loss_fn(pred, clean)
         else:
-            loss = self.loss_fn(pred, clean, weight=rain_left_weight(pred, clean, rain, self.left_weight))
+            loss = self.loss_fn(pred, clean, weight=rain_left_weight(pred, clean, rain, left))
         self.log(
             f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=len(rain), sync_dist=stage != "train"
         )
