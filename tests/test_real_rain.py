@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import SHARED_DATA, need_shared_data
 
+from derain.pairing import find_pairs
 from derain.synth.heldout import heldout_pairs
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
@@ -280,3 +281,18 @@ def test_teacher_layers_are_what_the_teacher_takes_away(tmp_path, tiny_weights, 
         rainy, target = (cv2.imread(str(tmp_path / "pairs" / d / name)) for d in ("rain", "norain"))
         layer = cv2.imread(str(tmp_path / "layers" / "layers" / name))
         assert np.array_equal(layer, rainy - target) and layer.any()
+
+
+def test_paired_scores_the_real_pairs_against_their_clean_frames(tmp_path, tiny_weights, capsys) -> None:
+    need_shared_data(SHARED_DATA / "gtrain-webcam-pairs")
+    paired = tool("paired")
+    parts = paired.set_parts(SHARED_DATA, tmp_path / "no-heavy-val")
+    assert tuple(parts) == paired.SETS  # every set can be asked for by name
+    out = tmp_path / "paired.json"
+    args = ["--weights", str(tiny_weights), str(tiny_weights), "--data", str(SHARED_DATA), "--json", str(out)]
+    assert paired.main([*args, "--sets", "spa"]) == 0
+    result = json.loads(out.read_text())
+    assert len(result["per_image"]["spa"][0]) == 2 and result["spa"][1]["paired"]["mean"] == 0.0  # same twice
+    assert "spa (2 pairs)" in capsys.readouterr().out
+    [(webcam, names)] = parts["webcam"]
+    assert names is None and len(find_pairs(webcam)) == 35  # every frame, each with its scene's clean frame

@@ -7,7 +7,11 @@ The sets (MATLAB-Y PSNR/SSIM of 8-bit outputs, ``derain.evaluate``; none trained
 - ``heavy200``: the held-out heavy set of ``tools/heavy_val.py`` (``--heavy-val``);
 - ``heavy7``: the 7 real heavy pairs whose layers it uses (Rain100H's 4 seeded hold-outs, Rain200H's 3);
 - ``light40``: RainTrainL's seeded 40 (``val_from``, 20 %, data seed 0);
-- ``rain200l``: Rain200L's 3.
+- ``rain200l``: Rain200L's 3;
+- ``webcam``: the webcam's 35 real rainy frames against their scene's clean frame (taken at another moment: its
+  light and noise differ, so a frame's PSNR is low whatever removes the rain; the paired difference between
+  weights is what reads), and ``spa``: SPA's 2 real pairs. Real rain with a clean image, beside
+  ``tools/real_rain.py``'s change-only reading; no weights train on them.
 
 A mean over a set says little when two weights differ by a fraction of a dB and the images by several; the paired
 difference per image (weights − first weights) and its 95 % bootstrap interval say whether the difference is
@@ -31,6 +35,9 @@ from research import add_data_argument, held_out, load_weights, paired_differenc
 from derain.evaluate import evaluate, spread
 from derain.io import atomic_output
 
+SETS = ("heavy200", "heavy7", "light40", "rain200l", "webcam", "spa")
+"""The sets, in ``set_parts``'s order (the default runs them all)."""
+
 
 def held_names(folder: Path) -> list[str]:
     """The rainy file names of ``folder``'s seeded hold-out (the recipe's ``val_from`` share)."""
@@ -47,6 +54,8 @@ def set_parts(data: Path, heavy_val: Path) -> dict[str, list[tuple[Path, list[st
         ],
         "light40": [(data / "raintrainl", held_names(data / "raintrainl"))],
         "rain200l": [(data / "rain200l-samples", None)],
+        "webcam": [(data / "gtrain-webcam-pairs", None)],
+        "spa": [(data / "spa-samples", None)],
     }
 
 
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
     add_data_argument(parser)
     parser.add_argument("--heavy-val", type=Path, default=Path("runs/heavy-val"))
-    parser.add_argument("--sets", nargs="+", choices=["heavy200", "heavy7", "light40", "rain200l"])
+    parser.add_argument("--sets", nargs="+", choices=SETS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     names = args.names or [Path(w).name for w in args.weights]
