@@ -1,8 +1,8 @@
 """How a weights file was made: ``derain info [WEIGHTS]`` (the packaged weights by default).
 
 Prints the file, its network record, the sha256 of its tensors (what the recipe pins) and its provenance: the
-commit, the training data's manifest hash, the steps, the validation scores and the resolved config (``--config``
-prints that in full); a grown network (``derain grow``), its parent (file and tensors sha256), the growth options
+commit, the training data's manifest hash, the steps, the weights it started from (file and tensors sha256), the
+validation scores and the resolved config (``--config`` prints that in full); a grown network (``derain grow``), its parent (file and tensors sha256), the growth options
 and the parent's steps and scores. A file written without provenance says so.
 """
 
@@ -89,15 +89,17 @@ def describe(weights: str | None = None, *, full_config: bool = False) -> str:
         f"data: sha256 {data.get('sha256')}, {data.get('files')} files, {data.get('bytes')} bytes in "
         f"{', '.join(data.get('folders', []))}",
     ]
-    lines += _lines(
-        {k: v for k, v in prov.items() if k not in ("config", "commit", "steps", "lineage_steps", "data")}
-    )
+    started = prov.get("started_from")
+    if isinstance(started, dict):
+        lines.append(f"started from: {started.get('file')} (tensors sha256 {started.get('tensors_sha256')})")
+    shown = ("config", "commit", "steps", "lineage_steps", "data", "started_from")
+    lines += _lines({k: v for k, v in prov.items() if k not in shown})
     if full_config:
         return "\n".join([*lines, "config:", yaml.safe_dump(config, sort_keys=False).rstrip()])
     trainer, model = config.get("trainer") or {}, config.get("model") or {}
     lines.append(
         f"config: seed {config.get('seed_everything')}, max_steps {trainer.get('max_steps')}, lr {model.get('lr')}, "
-        f"init_weights {model.get('init_weights')} (--config prints it whole)"
+        f"init_weights {config.get('init_weights', model.get('init_weights'))} (--config prints it whole)"
     )
     return "\n".join(lines)
 

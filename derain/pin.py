@@ -1,7 +1,8 @@
 """``derain pin NAME LEG``: a run in progress grows a leg at a time (see :mod:`derain.recipe`).
 
-Once a leg's config (``LEG.yaml`` beside the recipe) has trained, its stage is appended to ``recipe.yaml`` as text
-(the file's comments stay) and the continuation file is replaced by its output in float16.
+Once a leg's config (``LEG.yaml`` beside the recipe) has trained from the continuation file (its output's provenance
+says so), its stage is appended to ``recipe.yaml`` as text (the file's comments stay) and the continuation file is
+replaced by its output in float16.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from derain.io import atomic_output
-from derain.recipe import SOURCE, Pinned, Recipe, RecipeError, Stage, check_weights, load_recipe
+from derain.recipe import SOURCE, Recipe, RecipeError, Stage, check_weights, load_recipe
 from derain.weights import WeightsError, float16_tensors, read_safetensors, save_float16, tensors_sha256
 from derain.weights.provenance import read_provenance
 
@@ -77,23 +78,23 @@ def _leg_output(recipe: Recipe, name: str, needs: tuple[str, ...], note: str) ->
     return config, output
 
 
-def _check_start(name: str, output: Path, provenance: dict[str, Any], continuation: Pinned) -> None:
-    """A leg's output must have started from the continuation: by the tensors' sha256 its provenance records
-    (``started_from``), or, for an output exported before provenance recorded it, by its ``init_weights`` path (run from
-    the repository's root, as the recipe runs)."""
+def _check_start(name: str, output: Path, provenance: dict[str, Any], path: str, sha: str) -> None:
+    """A leg's output must have started from the continuation (``path``, tensors ``sha``): by the hash its
+    provenance records (``started_from``), or, for an output exported before provenance recorded it, by its
+    ``init_weights`` path (relative to the repository's root, where the recipe runs)."""
     started = provenance.get("started_from")
     if isinstance(started, dict):
-        if started.get("tensors_sha256") != continuation.sha256:
+        if started.get("tensors_sha256") != sha:
             raise RecipeError(
                 f"{name}: {output} started from {started.get('file')} (tensors sha256 "
-                f"{started.get('tensors_sha256')}), not the continuation ({continuation.sha256})"
+                f"{started.get('tensors_sha256')}), not the continuation ({sha})"
             )
         return
     init = (provenance.get("config") or {}).get("init_weights")
-    if init is None or (SOURCE / init).resolve() != (SOURCE / continuation.path).resolve():
+    if init is None or (SOURCE / init).resolve() != (SOURCE / path).resolve():
         raise RecipeError(
-            f"{name}: {output}'s provenance records no start from the continuation {continuation.path} "
-            f"(init_weights: {init})"
+            f"{name}: {output}'s provenance records no start from the continuation {path} (init_weights: "
+            f"{init}); pin the model.safetensors derain.fit exported at the end of the leg"
         )
 
 
@@ -142,7 +143,7 @@ def pin_stage(recipe: Recipe, name: str, *, needs: tuple[str, ...] = (), note: s
     earlier = [s.name for s in recipe.stages if s.output.sha256 == out_sha]
     if earlier:
         raise RecipeError(f"{name}: {output} is the output of stage {earlier[0]}, not a new leg's")
-    _check_start(name, output, provenance, recipe.continuation)  # type: ignore[arg-type]
+    _check_start(name, output, provenance, recipe.continuation.path, started)  # type: ignore[union-attr]
     last = recipe.stages[-1]
     step = provenance.get("steps")
     stage = {

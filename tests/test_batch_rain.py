@@ -70,10 +70,8 @@ def test_the_data_module_renders_deferred_rain_on_the_device() -> None:
     assert not batch["render"].any() and not torch.equal(batch["rain"], batch["clean"])
 
 
-@pytest.mark.parametrize(
-    "style", ["light", "heavy", "rain100h", "layered", "drizzle"]
-)  # widths 1, 1-2, 2 px; layered: own
-# directions, falloff, blur and location maps
+# widths 1, 1-2, 2 px; layered: own directions, falloff, blur and location maps; drizzle: short, faint, blurred
+@pytest.mark.parametrize("style", ["light", "heavy", "rain100h", "layered", "drizzle"])
 def test_batch_rain_draws_the_rain_of_add_rain(style: str) -> None:
     """The two renderers of one style give the same streaks: width (``RainStyle.width``), length, coverage,
     brightness and veil floor, measured on the layers recovered from 48 renders each on grey (``layer_stats``:

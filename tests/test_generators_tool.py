@@ -26,9 +26,9 @@ def test_a_missing_data_folder_is_named(tmp_path: Path, capsys) -> None:
 
 def test_an_unknown_arm_names_the_choices(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        generators.main([str(tmp_path), "--data", str(tmp_path), "--arms", "drizzle"])
+        generators.main([str(tmp_path), "--data", str(tmp_path), "--arms", "hail"])
     assert exit_info.value.code == 2
-    assert "unknown arm(s) ['drizzle']: expected real14 or styles" in capsys.readouterr().err
+    assert "unknown arm(s) ['hail']: expected real14 or styles" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         generators.main([str(tmp_path), "--data", str(tmp_path), "--dim", "4"])
     assert exit_info.value.code == 2

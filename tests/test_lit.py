@@ -29,7 +29,7 @@ from derain.train import (
     load_init_weights,
 )
 from derain.train.lit import FFT_WEIGHT, charbonnier_fft_loss, rain_left_weight
-from derain.weights import read_checkpoint_net, save_net
+from derain.weights import STARTED_KEY, read_checkpoint_net, save_net, tensors_sha256
 
 
 def test_charbonnier_is_smooth_l1():
@@ -120,9 +120,21 @@ def test_init_weights_packaged_fine_tunes_the_shipped_model(monkeypatch, tmp_pat
     shipped = save_net(tiny_net(seed=3), tmp_path / "s.safetensors")
     monkeypatch.setattr(derain.weights, "packaged_weights", lambda: shipped)
     net = tiny_net(seed=4)
-    load_init_weights(net, "packaged")
+    started = load_init_weights(net, "packaged")
     expected = load_model(shipped, device="cpu").state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in net.state_dict().items())
+    assert started == {"file": "packaged", "tensors_sha256": tensors_sha256(shipped)}
+
+
+def test_what_a_run_started_from_is_kept_in_its_checkpoints() -> None:
+    module, checkpoint = DerainLitModule(tiny_net()), {}
+    module.on_save_checkpoint(checkpoint)
+    assert STARTED_KEY not in checkpoint  # a run from scratch records nothing
+    module.started_from = {"file": "w.safetensors", "tensors_sha256": "ab" * 32}
+    module.on_save_checkpoint(checkpoint)
+    resumed = DerainLitModule(tiny_net())
+    resumed.on_load_checkpoint(checkpoint)
+    assert resumed.started_from == module.started_from == checkpoint[STARTED_KEY]
 
 
 def fit_tiny(module: L.LightningModule, tmp_path, callbacks: list, steps: int = 4, **options) -> L.Trainer:

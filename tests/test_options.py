@@ -65,9 +65,9 @@ def test_the_synthesis_checks_its_layer_options(tmp_path: Path) -> None:
 def test_procedural_styles_are_checked() -> None:
     with pytest.raises(
         DataError,
-        match=r"procedural_styles must name one or more of light, medium, heavy, rain100h, layered; got \['drizzle'\] \('drizzle' unknown\)",
+        match=r"procedural_styles must name one or more of light, medium, heavy, rain100h, layered, drizzle; got \['hail'\] \('hail' unknown\)",
     ):
-        Synthesis(procedural_styles=("drizzle",))
+        Synthesis(procedural_styles=("hail",))
     with pytest.raises(DataError, match=r"procedural_styles must name one or more"):
         Synthesis(procedural_styles=())
     assert Synthesis(procedural_styles="heavy").procedural_styles == ("heavy",)  # one name: a tuple of one

@@ -10,6 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 from helpers import SHARED_DATA, need_shared_data
 
 from derain.pairing import find_pairs
@@ -284,7 +285,13 @@ def test_teacher_layers_are_what_the_teacher_takes_away(tmp_path, tiny_weights, 
 
 
 def test_paired_scores_the_real_pairs_against_their_clean_frames(tmp_path, tiny_weights, capsys) -> None:
-    need_shared_data(SHARED_DATA / "gtrain-webcam-pairs")
+    for folder in (
+        "gtrain-webcam-pairs",
+        "spa-samples",
+        "raintrainl",
+        "rain100h-train-mini",
+    ):  # set_parts reads them
+        need_shared_data(SHARED_DATA / folder)
     paired = tool("paired")
     parts = paired.set_parts(SHARED_DATA, tmp_path / "no-heavy-val")
     assert tuple(parts) == paired.SETS  # every set can be asked for by name
@@ -293,6 +300,8 @@ def test_paired_scores_the_real_pairs_against_their_clean_frames(tmp_path, tiny_
     assert paired.main([*args, "--sets", "spa"]) == 0
     result = json.loads(out.read_text())
     assert len(result["per_image"]["spa"][0]) == 2 and result["spa"][1]["paired"]["mean"] == 0.0  # same twice
-    assert "spa (2 pairs)" in capsys.readouterr().out
+    assert (
+        "spa (2 pairs)" in capsys.readouterr().out and torch.is_grad_enabled()
+    )  # the caller's autograd kept
     [(webcam, names)] = parts["webcam"]
     assert names is None and len(find_pairs(webcam)) == 35  # every frame, each with its scene's clean frame

@@ -6,6 +6,7 @@ and weights that are not the ones the recipe names stop it in one line naming bo
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -394,8 +395,11 @@ def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tm
     started = tensors_sha256(target)
     (tmp_path / "a.yaml").write_text("model:\n  lr: 0.001\n")
     (tmp_path / "b.yaml").write_text(f"trainer:\n  default_root_dir: {tmp_path / 'runs' / 'b'}\n")
-    # exported before provenance recorded started_from: its init_weights path names the continuation
-    legacy = {"provenance": json.dumps({"config": {"init_weights": str(target)}})}
+    # exported before provenance recorded started_from: its init_weights path, relative to the repository's root
+    # where the recipe runs, names the continuation
+    legacy = {
+        "provenance": json.dumps({"config": {"init_weights": os.path.relpath(target, recipe_module.SOURCE)}})
+    }
     out_b = save_net(tiny_net(seed=2), tmp_path / "runs" / "b" / "model.safetensors", extra=legacy)
     head = (
         "# a run in progress\n"

@@ -100,8 +100,8 @@ def test_streak_layer_follows_its_angle() -> None:
 
 
 def test_unknown_style_is_named() -> None:
-    with pytest.raises(ValueError, match="unknown rain style 'drizzle'"):
-        synth.add_rain(np.zeros((8, 8, 3), np.float32), np.random.default_rng(0), "drizzle")
+    with pytest.raises(ValueError, match="unknown rain style 'hail'"):
+        synth.add_rain(np.zeros((8, 8, 3), np.float32), np.random.default_rng(0), "hail")
 
 
 def test_haze_is_a_veil() -> None:
@@ -358,8 +358,8 @@ def test_a_list_of_style_names_picks_one_like_any() -> None:
     drawn = synth.add_rain(clean, np.random.default_rng(5), synth.ANY_STYLES)
     assert np.array_equal(drawn, synth.add_rain(clean, np.random.default_rng(5), "any"))
     assert not np.array_equal(drawn, synth.add_rain(clean, np.random.default_rng(5), ["rain100h"]))
-    with pytest.raises(ValueError, match="unknown rain style 'drizzle'"):
-        synth.add_rain(clean, np.random.default_rng(0), ["heavy", "drizzle", "drizzle", "drizzle"] * 8)
+    with pytest.raises(ValueError, match="unknown rain style 'hail'"):
+        synth.add_rain(clean, np.random.default_rng(0), ["heavy", "hail", "hail", "hail"] * 8)
 
 
 def test_the_composite_beta_has_one_default_wherever_it_is_taken() -> None:

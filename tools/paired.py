@@ -121,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
     parts = set_parts(args.data, args.heavy_val)
     sets = args.sets or list(parts)
-    torch.set_grad_enabled(False)
     per_image: dict[str, list[list[dict]]] = {s: [] for s in sets}
     for path, model in zip(args.weights, load_weights(args.weights), strict=True):
-        for s in sets:
-            per_image[s].append(score(model, parts[s]))
+        with torch.no_grad():  # not set_grad_enabled: a caller in the same process keeps its autograd
+            for s in sets:
+                per_image[s].append(score(model, parts[s]))
         print(f"scored {path}", file=sys.stderr)
     if "heavy200" in sets and (args.heavy_val / "manifest.csv").is_file():
         per_image.update(by_layer_family(per_image["heavy200"], args.heavy_val / "manifest.csv"))

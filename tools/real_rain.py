@@ -232,15 +232,15 @@ def main(argv: list[str] | None = None) -> int:
             held_out = {line for line in lines if line and not line.startswith("#")}
         except OSError as err:
             parser.error(f"--held-out {args.held_out}: {err.strerror}")
-    torch.set_grad_enabled(False)
     loaded = load_weights(args.weights)
     models = [m for m in loaded for _ in strengths]
     options = [o for _ in loaded for o in strengths]
     if len(strengths) > 1:
         names = [f"{n} s{o.strength:g}" for n in names for o in strengths]
-    result, picks, captions = measure(
-        models, names, args.data, args.gallery_rows if args.gallery else 0, options, held_out
-    )
+    with torch.no_grad():  # not set_grad_enabled: a caller in the same process keeps its autograd
+        result, picks, captions = measure(
+            models, names, args.data, args.gallery_rows if args.gallery else 0, options, held_out
+        )
     print_table(result)
     for message in result["skipped"]:
         print(message, file=sys.stderr)

@@ -156,9 +156,8 @@ class Synthesis:
             Rain100H; 0 is plain addition, with ``clip(rainy − clean)`` layers.
         rain_free_prob: share of synthetic samples left without rain (input = target), so the network learns to
             leave rain-free content, its brightness included, as it is.
-        procedural_styles: the procedural rain's styles (``derain.synth.RAIN_STYLES``), one drawn per sample:
-            ``light``, ``medium``, ``heavy`` (the default, all three) or ``rain100h``, the style fitted to
-            Rain100H's streaks (``tools/streaks.py``).
+        procedural_styles: the procedural rain's styles, names of ``derain.synth.RAIN_STYLES``, one drawn per
+            sample (default ``light``, ``medium``, ``heavy``).
         val_length: size of the fixed synthetic validation set when there are no validation pairs (procedural
             rain as training renders it: ``composite_beta``, ``procedural_styles``).
         render_on_device: render the procedural rain on the training device, a batch at a time

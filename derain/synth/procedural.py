@@ -370,8 +370,8 @@ def add_rain(
     Args:
         clean: (H, W, 3) image, float in [0, 1] or uint8.
         rng: the source of randomness.
-        style: a ``RainStyle``, a name from ``RAIN_STYLES`` (``"light"``, ``"medium"``, ``"heavy"``,
-            ``"rain100h"``), several such names to pick one of at random, or ``"any"`` for ``ANY_STYLES``.
+        style: a ``RainStyle``, a name from ``RAIN_STYLES``, several such names to pick one of at random, or
+            ``"any"`` for ``ANY_STYLES``.
         beta: the composite's β (``composite``; default ``COMPOSITE_BETA``; 0 adds the streaks).
 
     Returns:

@@ -6,7 +6,8 @@ import os
 
 from torch import nn
 
-from derain.weights import WeightsError, load_net, resolve, tensors_sha256
+from derain.weights import WeightsError, load_net
+from derain.weights.provenance import weights_ref
 
 __all__ = ["load_init_weights"]
 
@@ -18,8 +19,8 @@ def load_init_weights(net: nn.Module, path: str | os.PathLike) -> dict[str, str]
     top-k ratios) may differ.
 
     Returns:
-        what the run started from, for its checkpoints and provenance: ``file`` as named and the ``tensors_sha256``
-        of the file's tensors as stored (a float16 file's hash is its float16 tensors').
+        what the run started from, for its checkpoints and provenance (``weights_ref``: the file as named and
+        the sha256 of its tensors as stored, a float16 file's of its float16 tensors).
 
     Raises:
         WeightsError: the file is missing or unreadable, or its weights do not fit ``net`` (the message names the
@@ -44,7 +45,4 @@ def load_init_weights(net: nn.Module, path: str | os.PathLike) -> dict[str, str]
         raise WeightsError(
             f"init_weights {path}: the weights do not fit the configured network ({why})"
         ) from None
-    return {
-        "file": str(path),
-        "tensors_sha256": tensors_sha256(resolve(None if str(path) == "packaged" else path)),
-    }
+    return weights_ref(path)

@@ -228,16 +228,17 @@ class DerainLitModule(L.LightningModule):
             )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the network's record (``class_path`` + ``init_args``) for ``derain.export`` and ``load_model``, and
-        what the run started from (``started_from``) for the exported provenance."""
+        """Keep the network's record (``class_path`` + ``init_args``) for ``derain.export`` and ``load_model``,
+        and what the run started from (``started_from``) for the exported provenance."""
         if getattr(self.net, "init_args", None) is not None:
             checkpoint[CHECKPOINT_KEY] = network_record(self.net)
         if self.started_from is not None:
             checkpoint[STARTED_KEY] = dict(self.started_from)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint of derain's old moving average; resume an averaged run without averaging from its
-        raw weights (Lightning's ``WeightAveraging`` keeps them as ``current_model_state``)."""
+        """Restore what the run started from (``started_from``); refuse a checkpoint of derain's old moving average;
+        resume an averaged run without averaging from its raw weights (Lightning's ``WeightAveraging`` keeps them
+        as ``current_model_state``)."""
         trainer = self._trainer
         self.started_from = checkpoint.get(STARTED_KEY, self.started_from)
         if any(k.startswith("ema.") for k in checkpoint.get("state_dict", {})):

@@ -65,7 +65,8 @@ CHECKPOINT_KEY = "derain_net"
 """Where a ``DerainLitModule`` checkpoint keeps the network's record."""
 
 STARTED_KEY = "derain_started_from"
-"""Where a ``DerainLitModule`` checkpoint keeps what its run started from (``--init_weights``: file, tensors sha256)."""
+"""Where a ``DerainLitModule`` checkpoint keeps what its run started from (``--init_weights``: file, tensors
+sha256)."""
 
 CHECKPOINT_PREFIXES = ("ema.", "net.")
 """The state-dict prefixes of a ``DerainLitModule`` checkpoint's networks, in the order they are preferred:

@@ -2,8 +2,9 @@
 
 A weights file that :func:`provenance_metadata` went into says, under :data:`PROVENANCE_KEY`, what made it: the
 resolved training config, the commit of the code (when trained in a git checkout), a manifest hash of the training
-data (every file of the folders the config names, by relative path and size), the step count and the validation
-scores; a network grown from trained weights (``derain grow``) records what it grew from instead
+data (every file of the folders the config names, by relative path and size), the step count, the validation
+scores and, for a run from ``--init_weights``, what it started from (``started_from``: :func:`weights_ref`); a
+network grown from trained weights (``derain grow``) records what it grew from instead
 (:func:`growth_provenance`). ``derain info`` prints it. Nothing here imports Lightning: the training command
 collects the values and passes them in.
 
@@ -32,6 +33,7 @@ __all__ = [
     "data_manifest",
     "git_commit",
     "growth_provenance",
+    "weights_ref",
     "provenance",
     "provenance_metadata",
     "read_provenance",
@@ -150,6 +152,19 @@ def provenance(
     }
 
 
+def weights_ref(weights: str | os.PathLike) -> dict[str, str]:
+    """Weights as provenance names them: ``file`` as given and the ``tensors_sha256`` of what it holds (``"packaged"``
+    names the packaged weights).
+
+    Raises:
+        WeightsError: the file is missing or not a readable weights file.
+    """
+    return {
+        "file": str(weights),
+        "tensors_sha256": tensors_sha256(resolve(None if str(weights) == "packaged" else weights)),
+    }
+
+
 def growth_provenance(
     parent: str | os.PathLike, options: Mapping[str, Any], *, commit: str | None = None
 ) -> dict[str, Any]:
@@ -168,8 +183,7 @@ def growth_provenance(
     path = resolve(parent)
     return {
         "grown_from": {
-            "file": str(parent),
-            "tensors_sha256": tensors_sha256(path),
+            **weights_ref(parent),
             "options": dict(options),
             "provenance": read_provenance(path) if path.suffix == ".safetensors" else None,
         },
