@@ -13,10 +13,10 @@ repeatable): the recipe stops there and says so, and ``--accept-rebuilt`` goes o
 ``--restore`` takes a missing output from the git commit that shipped it, when the recipe names one.
 
 A run in progress (a recipe with a ``continuation``) grows a leg at a time: once a leg's config (``LEG.yaml`` beside
-the recipe) has trained from the continuation, ``derain pin NAME LEG`` (:mod:`derain.pin`) appends its stage (layered over every earlier
-stage's configs, from the committed continuation as the last stage's output in float16, its output as the run wrote
-it: path, checkpoint, step and sha256) and replaces the continuation with that output in float16, the next leg's
-start.
+the recipe) has trained from the continuation, ``derain pin NAME LEG`` (:mod:`derain.pin`) appends its stage
+(layered over every earlier stage's configs, from the committed continuation as the last stage's output in float16,
+its output as the run wrote it: path, checkpoint, step and sha256) and replaces the continuation with that output in
+float16, the next leg's start.
 """
 
 from __future__ import annotations

@@ -123,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     sets = args.sets or list(parts)
     per_image: dict[str, list[list[dict]]] = {s: [] for s in sets}
     for path, model in zip(args.weights, load_weights(args.weights), strict=True):
-        with torch.no_grad():  # not set_grad_enabled: a caller in the same process keeps its autograd
-            for s in sets:
-                per_image[s].append(score(model, parts[s]))
+        for s in sets:  # evaluate's restore() runs in inference mode: autograd is left as it is
+            per_image[s].append(score(model, parts[s]))
         print(f"scored {path}", file=sys.stderr)
     if "heavy200" in sets and (args.heavy_val / "manifest.csv").is_file():
         per_image.update(by_layer_family(per_image["heavy200"], args.heavy_val / "manifest.csv"))

@@ -237,10 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     options = [o for _ in loaded for o in strengths]
     if len(strengths) > 1:
         names = [f"{n} s{o.strength:g}" for n in names for o in strengths]
-    with torch.no_grad():  # not set_grad_enabled: a caller in the same process keeps its autograd
-        result, picks, captions = measure(
-            models, names, args.data, args.gallery_rows if args.gallery else 0, options, held_out
-        )
+    result, picks, captions = measure(  # restore() runs in inference mode: autograd is left as it is
+        models, names, args.data, args.gallery_rows if args.gallery else 0, options, held_out
+    )
     print_table(result)
     for message in result["skipped"]:
         print(message, file=sys.stderr)

@@ -146,7 +146,7 @@ class DerainLitModule(L.LightningModule):
         forward = self.train_forward if stage == "train" and self.train_forward is not None else self.net
         pred = forward(rain)
         clean = batch["clean"]
-        left = float(self.hparams["rain_left_weight"])
+        left = self.hparams["rain_left_weight"]
         if left == 1.0:
             loss = self.loss_fn(pred, clean)
         else:
