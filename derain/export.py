@@ -5,7 +5,9 @@ checkpoint or weights file to an ONNX model (when the output name ends in ``.onn
     python -m derain.export model.safetensors model.onnx
     python -m derain.export derain-small derain-small.onnx     (shipped weights, by name)
 
-What a weights file holds is ``derain.weights``' to say; the ONNX graph's, ``derain.inference.onnx``'s.
+A weights file written from a checkpoint records its provenance (``derain info`` prints it): the checkpoint's step,
+what the run started from, its best validation score and the config the run saved beside it. What a weights file
+holds is ``derain.weights``' to say; the ONNX graph's, ``derain.inference.onnx``'s.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from derain.extras import MissingExtraError
 from derain.inference.onnx import OPSET, export_onnx
 from derain.weights import export_checkpoint, load_net, resolve
+from derain.weights.provenance import checkpoint_provenance, provenance_metadata
 
 __all__ = ["build_parser", "main"]
 
@@ -48,7 +51,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.export"
         elif args.opset is not None:
             raise ValueError("--opset applies to .onnx outputs only")
         else:
-            out = export_checkpoint(args.checkpoint, args.output)
+            prov = checkpoint_provenance(args.checkpoint, exported_by="derain export")
+            out = export_checkpoint(args.checkpoint, args.output, extra=provenance_metadata(prov))
     except (OSError, ValueError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -3,18 +3,24 @@ provenance entry (config, commit, data manifest, steps, validation) written at e
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 from helpers import tiny_net
 
+from derain.export import main as export_main
 from derain.models import network_record
-from derain.weights import CHECKPOINT_KEY, export_checkpoint, load_net, save_net, tensors_sha256
+from derain.weights import CHECKPOINT_KEY, STARTED_KEY, export_checkpoint, load_net, save_net, tensors_sha256
 from derain.weights.provenance import (
+    checkpoint_provenance,
     config_folders,
     data_manifest,
     git_commit,
     provenance,
     provenance_metadata,
     read_provenance,
+    weights_ref,
     write_provenance,
 )
 
@@ -102,3 +108,55 @@ def test_no_commit_outside_a_git_checkout(tmp_path) -> None:
 def test_a_copy_sent_elsewhere_names_the_commit_it_was_sent_as(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DERAIN_COMMIT", "cacb8763addbe86b26aff6786f4513919e5b07a7")
     assert git_commit(tmp_path) == git_commit() == "cacb8763addbe86b26aff6786f4513919e5b07a7"
+
+
+def _run_checkpoint(run, net, **more) -> Path:
+    """A checkpoint as derain.fit leaves one in ``run/checkpoints`` (network, step, best score, start)."""
+    (run / "checkpoints").mkdir(parents=True)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    monitor = "ModelCheckpoint{'monitor': 'val/psnr_y', 'mode': 'max'}"
+    best = {
+        "monitor": "val/psnr_y",
+        "best_model_score": torch.tensor(21.54321),
+        "best_model_path": "x/best-7.ckpt",
+    }
+    saved = {
+        "state_dict": {f"net.{k}": v for k, v in net.state_dict().items()},
+        CHECKPOINT_KEY: network_record(net),
+        "global_step": 7,
+        "callbacks": {"TimeBudget": {"last_step": 7}, monitor: best},
+        **more,
+    }
+    torch.save(saved, ckpt)
+    return ckpt
+
+
+def test_derain_export_records_what_the_checkpoint_and_its_run_say(tmp_path, capsys) -> None:
+    net = tiny_net(seed=6)
+    start = save_net(tiny_net(seed=7), tmp_path / "start.safetensors")
+    run = tmp_path / "run"
+    ckpt = _run_checkpoint(run, net, **{STARTED_KEY: weights_ref(start)})
+    written = ckpt.stat().st_mtime
+    for version, seed, when in ((0, 1, written - 20), (1, 2, written - 10), (2, 3, written + 10)):
+        config = run / "lightning_logs" / f"version_{version}" / "config.yaml"
+        config.parent.mkdir(parents=True)
+        config.write_text(f"seed_everything: {seed}\ndata:\n  pairs:\n    repeat: 4\n")
+        os.utime(config, (when, when))
+    assert export_main([str(ckpt), str(tmp_path / "out.safetensors")]) == 0
+    prov = read_provenance(tmp_path / "out.safetensors")
+    # the config of the run that wrote the checkpoint: the newest saved before it, not one a later run saved
+    assert prov["config"]["seed_everything"] == 2
+    assert prov["steps"] == 7 and prov["checkpoint"] == "last.ckpt" and prov["exported_by"] == "derain export"
+    assert prov["validation"] == {"best": {"val/psnr_y": 21.5432, "checkpoint": "best-7.ckpt"}}
+    assert prov["started_from"] == {"file": str(start), "tensors_sha256": tensors_sha256(start)}
+    assert tensors_sha256(tmp_path / "out.safetensors") == tensors_sha256(net.state_dict())
+
+
+def test_a_checkpoint_without_its_run_records_its_own_hyperparameters(tmp_path, capsys) -> None:
+    ckpt = _run_checkpoint(tmp_path / "run", tiny_net(seed=8), hyper_parameters={"lr": 0.001})
+    prov = checkpoint_provenance(ckpt, commit="abc")
+    assert prov["config"] == {"model": {"lr": 0.001}, "data": {}} and "started_from" not in prov
+    assert prov["commit"] == "abc"
+    assert export_main([str(tmp_path / "none.ckpt"), str(tmp_path / "out.safetensors")]) == 2
+    assert "checkpoint not found: " + str(tmp_path / "none.ckpt") in capsys.readouterr().err
+    assert not (tmp_path / "out.safetensors").exists()

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from lightning.pytorch import Trainer
 
-from derain.weights import STARTED_KEY, WeightsNotFoundError
-from derain.weights.provenance import provenance, provenance_metadata
+from derain.weights import WeightsNotFoundError
+from derain.weights.provenance import checkpoint_provenance, provenance_metadata
 
 __all__ = ["export_provenance", "export_source"]
 
@@ -43,16 +42,10 @@ def export_provenance(config: dict, trainer: Trainer, checkpoint: str | Path) ->
         trainer: the trainer that ran, for its validation scores and best checkpoint.
         checkpoint: the checkpoint the weights are exported from.
     """
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    step = saved.get("global_step", 0)
     metrics = trainer.callback_metrics
     validation: dict = {"last": {k: round(float(v), 4) for k, v in metrics.items() if k.startswith("val")}}
     callback = trainer.checkpoint_callback
     if callback is not None and callback.best_model_score is not None:
         best = {callback.monitor: round(float(callback.best_model_score), 4)}
         validation["best"] = {**best, "checkpoint": Path(callback.best_model_path).name}
-    started = {"started_from": saved[STARTED_KEY]} if STARTED_KEY in saved else {}
-    prov = provenance(
-        config=config, steps=step, validation=validation, checkpoint=Path(checkpoint).name, **started
-    )
-    return provenance_metadata(prov)
+    return provenance_metadata(checkpoint_provenance(checkpoint, config=config, validation=validation))

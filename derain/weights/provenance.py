@@ -25,10 +25,22 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from derain.weights import WeightsError, read_safetensors, resolve, save_tensors, tensors_sha256
+import torch
+import yaml
+
+from derain.weights import (
+    STARTED_KEY,
+    WeightsError,
+    WeightsNotFoundError,
+    read_safetensors,
+    resolve,
+    save_tensors,
+    tensors_sha256,
+)
 
 __all__ = [
     "PROVENANCE_KEY",
+    "checkpoint_provenance",
     "config_folders",
     "data_manifest",
     "git_commit",
@@ -37,6 +49,7 @@ __all__ = [
     "provenance",
     "provenance_metadata",
     "read_provenance",
+    "saved_config",
     "write_provenance",
 ]
 
@@ -150,6 +163,80 @@ def provenance(
         "validation": dict(validation),
         **more,
     }
+
+
+def checkpoint_provenance(
+    checkpoint: str | os.PathLike,
+    *,
+    config: Mapping[str, Any] | None = None,
+    validation: Mapping[str, Any] | None = None,
+    commit: str | None = None,
+    **more: Any,
+) -> dict[str, Any]:
+    """The provenance of weights exported from ``checkpoint``, a Lightning checkpoint that ``derain.fit`` wrote: its
+    step, its name, what the run started from (``started_from``, for a run from ``--init_weights``) and, where not
+    given, the rest from what the run left. ``derain.fit`` passes the config and scores it has; ``derain export``
+    passes nothing and gets them from the checkpoint's run.
+
+    Args:
+        checkpoint: the checkpoint (read with the safe loader).
+        config: the resolved config; default :func:`saved_config` of the checkpoint's run.
+        validation: the scores; default the best that the checkpoint's ``ModelCheckpoint`` state records.
+        commit: the code's commit; default :func:`git_commit` of the working directory (the export's).
+        **more: further entries.
+
+    Raises:
+        WeightsError: the checkpoint is missing or not a checkpoint (the message names it).
+    """
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise WeightsNotFoundError(f"checkpoint not found: {path}")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any failure to read means "not a usable checkpoint"
+        raise WeightsError(f"cannot read checkpoint {path}: {type(err).__name__}: {str(err)[:200]}") from None
+    if not isinstance(saved, dict):
+        raise WeightsError(f"{path} is not a Lightning checkpoint")
+    if config is None:
+        config = saved_config(path) or {
+            "model": saved.get("hyper_parameters", {}),
+            "data": saved.get("datamodule_hyper_parameters", {}),
+        }
+    if validation is None:
+        validation = _best_score(saved)
+    started = {"started_from": saved[STARTED_KEY]} if STARTED_KEY in saved else {}
+    return provenance(
+        config=config,
+        steps=saved.get("global_step", 0),
+        validation=validation,
+        commit=commit,
+        checkpoint=path.name,
+        **started,
+        **more,
+    )
+
+
+def saved_config(checkpoint: str | os.PathLike) -> dict[str, Any] | None:
+    """The config LightningCLI saved for the run that wrote ``checkpoint`` (``RUN/checkpoints/NAME.ckpt``): the
+    newest ``RUN/lightning_logs/version_*/config.yaml`` not written after the checkpoint (a resumed run saves its
+    config in a new version folder), or None where the run left none."""
+    path = Path(checkpoint)
+    written = path.stat().st_mtime
+    runs = path.parent.parent.glob("lightning_logs/version_*/config.yaml")
+    configs = [c for c in runs if c.stat().st_mtime <= written]
+    if not configs:
+        return None
+    loaded = yaml.safe_load(max(configs, key=lambda c: c.stat().st_mtime).read_text(encoding="utf-8"))
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _best_score(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """The best validation score a checkpoint's ``ModelCheckpoint`` state records, as ``derain.fit`` labels it."""
+    for key, state in (saved.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
+            best = {state["monitor"]: round(float(state["best_model_score"]), 4)}
+            return {"best": {**best, "checkpoint": Path(state.get("best_model_path", "")).name}}
+    return {}
 
 
 def weights_ref(weights: str | os.PathLike) -> dict[str, str]:
