@@ -7,7 +7,8 @@ Measures, on this machine's CPU (or ``--device``):
 1. images/s of ``python -m derain.infer`` over a temporary folder of 321×481 photos (Rain100H size; the
    examples in ``datasets/examples`` resized and flipped), model loading excluded;
 2. wall time and peak RSS of ``restore`` on a ``--large`` photo with ``--tile`` tiles, in a fresh child process
-   (so the number is that photo's peak, not this process's history); target: under 3 GB;
+   (so the number is that photo's peak, not this process's history); target: under 2 GB for a 24 MP photo
+   (``--large 6000x4000``) with the default network and derain-base's;
 3. max / mean absolute difference (8-bit levels) between tiled (128 px tiles, 32 overlap) and whole-image
    output on a 256×384 photo;
 4. seconds per 321×481 photo of ``restore`` with ``ensemble`` 1, 2 and 4 (self-ensemble of flips), interleaved
