@@ -6,7 +6,8 @@ checkpoint or weights file to an ONNX model (when the output name ends in ``.onn
     python -m derain.export derain-small derain-small.onnx     (shipped weights, by name)
 
 A weights file written from a checkpoint records its provenance (``derain info`` prints it): the checkpoint's step,
-what the run started from, its best validation score and the config the run saved beside it. What a weights file
+what the run started from, its best validation score and the config the run saved beside it (the training commit is
+not in a checkpoint: ``derain.fit``'s own export records it). What a weights file
 holds is ``derain.weights``' to say; the ONNX graph's, ``derain.inference.onnx``'s.
 """
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m derain.export"
         else:
             prov = checkpoint_provenance(args.checkpoint, exported_by="derain export")
             out = export_checkpoint(args.checkpoint, args.output, extra=provenance_metadata(prov))
+            print(f"provenance: config from {prov['config_source']}")
     except (OSError, ValueError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -84,7 +84,7 @@ def describe(weights: str | None = None, *, full_config: bool = False) -> str:
     config, data = prov.get("config") or {}, prov.get("data") or {}
     lineage = f" (lineage: {prov['lineage_steps']})" if "lineage_steps" in prov else ""
     lines += [
-        f"commit: {prov.get('commit') or 'unknown (not trained in a git checkout)'}",
+        f"commit: {prov.get('commit') or _no_commit(prov)}",
         f"steps: {prov.get('steps')}{lineage}",
         f"data: sha256 {data.get('sha256')}, {data.get('files')} files, {data.get('bytes')} bytes in "
         f"{', '.join(data.get('folders', []))}",
@@ -92,7 +92,7 @@ def describe(weights: str | None = None, *, full_config: bool = False) -> str:
     started = prov.get("started_from")
     if isinstance(started, dict):
         lines.append(f"started from: {started.get('file')} (tensors sha256 {started.get('tensors_sha256')})")
-    shown = ("config", "commit", "steps", "lineage_steps", "data", "started_from")
+    shown = ("config", "commit", "export_commit", "steps", "lineage_steps", "data", "started_from")
     lines += _lines({k: v for k, v in prov.items() if k not in shown})
     if full_config:
         return "\n".join([*lines, "config:", yaml.safe_dump(config, sort_keys=False).rstrip()])
@@ -102,6 +102,14 @@ def describe(weights: str | None = None, *, full_config: bool = False) -> str:
         f"init_weights {config.get('init_weights', model.get('init_weights'))} (--config prints it whole)"
     )
     return "\n".join(lines)
+
+
+def _no_commit(prov: dict) -> str:
+    """What ``commit`` says where provenance records none: weights exported from a checkpoint later (``derain
+    export``: the checkpoint does not record the commit that trained it), or trained outside a git checkout."""
+    if "export_commit" in prov:
+        return f"unknown (exported later from a checkpoint, by the code of {prov['export_commit']})"
+    return "unknown (not trained in a git checkout)"
 
 
 def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:

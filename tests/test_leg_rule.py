@@ -27,7 +27,7 @@ def _real(leg_factor: float, kept: float = 50.0) -> dict:
     }
 
 
-def _paired(heavy7: tuple[float, float], heavy200: float) -> dict:
+def _paired(heavy7: tuple[float, float], heavy200: float, rain200l: float = -0.04) -> dict:
     """paired.py's JSON: stage 9 and the leg, the leg's paired differences as the tool records them."""
 
     def entry(mean: float, ci: tuple[float, float]) -> list[dict]:
@@ -37,7 +37,7 @@ def _paired(heavy7: tuple[float, float], heavy200: float) -> dict:
         "weights": ["stage9", "leg"],
         "heavy7": entry(sum(heavy7) / 2, heavy7),
         "light40": entry(1.0, (0.8, 1.2)),
-        "rain200l": entry(-0.04, (-0.5, 0.4)),
+        "rain200l": entry(rain200l, (rain200l - 0.5, rain200l + 0.5)),
         "heavy200": entry(heavy200, (heavy200 - 0.1, heavy200 + 0.1)),
     }
 
@@ -65,6 +65,17 @@ def test_each_floor_fails_its_item() -> None:
     assert [p for n, p, _ in items if n.startswith("pin: held out")] == [True]
 
 
+def test_the_light_floor_is_inclusive_and_the_held_out_pin_fails_wholly_below() -> None:
+    held = {"a.png", "b.png"}
+    assert _marks(leg_rule.verdict(_real(1.0), _paired((0.1, 0.9), 0.4, -0.05), held, 0.4))["2 rain200l"]
+    items = leg_rule.verdict(_real(0.8), _paired((0.1, 0.9), 0.4, -0.06), held, 0.4)
+    marks = _marks(items)
+    assert marks["2 rain200l"] is False and marks["2 light40"]
+    # the leg removes 0.8× stage 9's where the previous removed 0.9×: below it on every held-out photo
+    pins = {name.split(" vs ")[0]: passed for name, passed, _ in items if name.startswith("pin")}
+    assert pins == {"pin: held out": False, "pin: heavy 200": True}
+
+
 def test_real_rainy_is_split_by_the_held_out_list() -> None:
     subsets = leg_rule.real_subsets(_real(1.0), {"b.png", "d.png"})
     assert subsets["held-out real-rainy"][0] == [5.0, 2.0] and subsets["distilled"][0] == [4.0, 6.0]
@@ -74,7 +85,7 @@ def test_the_command_reads_the_files_and_refuses_what_it_cannot_read(tmp_path, c
     real, paired, held = tmp_path / "real.json", tmp_path / "paired.json", tmp_path / "held-out.txt"
     real.write_text(json.dumps(_real(1.0)))
     paired.write_text(json.dumps(_paired((0.1, 0.9), 0.4)))
-    held.write_text("a.png\nb.png\n")
+    held.write_text("# held out\na.png\n\nb.png\n")
     args = ["--real", str(real), "--paired", str(paired), "--held-out", str(held)]
     assert leg_rule.main(args) == 0
     out = capsys.readouterr().out
@@ -89,3 +100,18 @@ def test_the_command_reads_the_files_and_refuses_what_it_cannot_read(tmp_path, c
     paired.write_text(json.dumps(_paired((0.1, 0.9), 0.4)))
     assert leg_rule.main(args) == 2
     assert "expected stage 9, the previous leg and the leg" in capsys.readouterr().err
+
+
+def test_a_held_out_list_that_does_not_fit_the_scores_is_refused(tmp_path, capsys) -> None:
+    real, paired, held = tmp_path / "real.json", tmp_path / "paired.json", tmp_path / "held-out.txt"
+    real.write_text(json.dumps(_real(1.0)))
+    paired.write_text(json.dumps(_paired((0.1, 0.9), 0.4)))
+    held.write_text("a.png\nb.png\nc.png\n")  # three named; real_rain.py held out two
+    args = ["--real", str(real), "--paired", str(paired), "--held-out", str(held)]
+    assert leg_rule.main(args) == 2
+    assert "not the 2 real_rain.py held out" in capsys.readouterr().err
+    unheld = _real(1.0)
+    del unheld["per_photo"]["removed"]["held out"]
+    real.write_text(json.dumps(unheld))
+    assert leg_rule.main(args) == 2
+    assert "score with --held-out" in capsys.readouterr().err

@@ -6,12 +6,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import tiny_net
 
 from derain.export import main as export_main
 from derain.models import network_record
-from derain.weights import CHECKPOINT_KEY, STARTED_KEY, export_checkpoint, load_net, save_net, tensors_sha256
+from derain.weights import (
+    CHECKPOINT_KEY,
+    STARTED_KEY,
+    WeightsError,
+    export_checkpoint,
+    load_net,
+    save_net,
+    tensors_sha256,
+)
 from derain.weights.provenance import (
     checkpoint_provenance,
     config_folders,
@@ -20,6 +29,7 @@ from derain.weights.provenance import (
     provenance,
     provenance_metadata,
     read_provenance,
+    saved_config,
     weights_ref,
     write_provenance,
 )
@@ -131,32 +141,66 @@ def _run_checkpoint(run, net, **more) -> Path:
     return ckpt
 
 
+def _saved_config(run: Path, version: int | None, seed: int, when: float, root: str = "runs/x") -> Path:
+    """A config LightningCLI saved for a run (``version`` None: the run had no logger), written at ``when``."""
+    config = (
+        run / "config.yaml"
+        if version is None
+        else run / "lightning_logs" / f"version_{version}" / "config.yaml"
+    )
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(
+        f"seed_everything: {seed}\ntrainer:\n  default_root_dir: {root}\ndata:\n  pairs:\n    repeat: 4\n"
+    )
+    os.utime(config, (when, when))
+    return config
+
+
 def test_derain_export_records_what_the_checkpoint_and_its_run_say(tmp_path, capsys) -> None:
     net = tiny_net(seed=6)
     start = save_net(tiny_net(seed=7), tmp_path / "start.safetensors")
-    run = tmp_path / "run"
+    run = tmp_path / "runs" / "x"
     ckpt = _run_checkpoint(run, net, **{STARTED_KEY: weights_ref(start)})
     written = ckpt.stat().st_mtime
-    for version, seed, when in ((0, 1, written - 20), (1, 2, written - 10), (2, 3, written + 10)):
-        config = run / "lightning_logs" / f"version_{version}" / "config.yaml"
-        config.parent.mkdir(parents=True)
-        config.write_text(f"seed_everything: {seed}\ndata:\n  pairs:\n    repeat: 4\n")
-        os.utime(config, (when, when))
+    _saved_config(run, 0, 1, written - 20)
+    chosen = _saved_config(run, 1, 2, written - 10)
+    _saved_config(run, 2, 3, written + 10)  # a later run's, saved after the checkpoint
+    _saved_config(run, 3, 4, written - 5, root="runs/other")  # another run's checkpoints folder
     assert export_main([str(ckpt), str(tmp_path / "out.safetensors")]) == 0
+    assert f"config from {chosen.resolve()}" in capsys.readouterr().out
     prov = read_provenance(tmp_path / "out.safetensors")
-    # the config of the run that wrote the checkpoint: the newest saved before it, not one a later run saved
-    assert prov["config"]["seed_everything"] == 2
+    # the config of the run that wrote the checkpoint: the newest saved before it that names its folder
+    assert prov["config"]["seed_everything"] == 2 and prov["config_source"] == str(chosen.resolve())
     assert prov["steps"] == 7 and prov["checkpoint"] == "last.ckpt" and prov["exported_by"] == "derain export"
     assert prov["validation"] == {"best": {"val/psnr_y": 21.5432, "checkpoint": "best-7.ckpt"}}
     assert prov["started_from"] == {"file": str(start), "tensors_sha256": tensors_sha256(start)}
+    # the commit that trained is not in a checkpoint: none claimed, the exporting code's named apart
+    assert prov["commit"] is None and "export_commit" in prov
     assert tensors_sha256(tmp_path / "out.safetensors") == tensors_sha256(net.state_dict())
 
 
-def test_a_checkpoint_without_its_run_records_its_own_hyperparameters(tmp_path, capsys) -> None:
+def test_a_run_without_a_logger_saves_its_config_beside_its_checkpoints(tmp_path) -> None:
+    run = tmp_path / "runs" / "x"
+    ckpt = _run_checkpoint(run, tiny_net(seed=9))
+    config = _saved_config(run, None, 5, ckpt.stat().st_mtime - 1)
+    assert saved_config(ckpt) == config.resolve()
+    # an absolute root names another folder: not this run's
+    _saved_config(run, 0, 6, ckpt.stat().st_mtime - 1, root="/elsewhere/x")
+    assert saved_config(ckpt) == config.resolve()
+    config.write_text("seed_everything: [unclosed\n")
+    os.utime(config, (ckpt.stat().st_mtime - 1,) * 2)
+    with pytest.raises(WeightsError, match="config.yaml: not a readable YAML config"):
+        checkpoint_provenance(ckpt)
+
+
+def test_a_checkpoint_without_its_run_records_its_own_hyperparameters(tmp_path) -> None:
     ckpt = _run_checkpoint(tmp_path / "run", tiny_net(seed=8), hyper_parameters={"lr": 0.001})
-    prov = checkpoint_provenance(ckpt, commit="abc")
+    prov = checkpoint_provenance(ckpt)
     assert prov["config"] == {"model": {"lr": 0.001}, "data": {}} and "started_from" not in prov
-    assert prov["commit"] == "abc"
+    assert prov["config_source"].startswith("the checkpoint's hyperparameters")
+
+
+def test_derain_export_names_a_missing_checkpoint(tmp_path, capsys) -> None:
     assert export_main([str(tmp_path / "none.ckpt"), str(tmp_path / "out.safetensors")]) == 2
     assert "checkpoint not found: " + str(tmp_path / "none.ckpt") in capsys.readouterr().err
     assert not (tmp_path / "out.safetensors").exists()

@@ -12,8 +12,9 @@ and becomes the run's continuation.
 and the leg last. Prints real rain removed by subset (the 103 held-out photos, all 164, real-rainy's held-out and
 distilled photos, SPA, the webcam) and kept, each with paired 95 % intervals against the previous leg and stage 9;
 then the ship rule (docs/history.md, "derain-base, leg 2"; item 3 read on the held-out photos since leg 7) and the
-pin rule (since leg 9), each item PASS or FAIL. The gallery (item 5) is for a person to look at: never PASS here.
-Exit status 0 whatever the verdict; 2 when a file is missing or not the tools' JSON.
+pin rule (since leg 8), each item PASS or FAIL. The gallery (item 5) is for a person to look at: never PASS here.
+Exit status 0 whatever the verdict; 2 when a file is missing, is not the tools' JSON, or does not fit the held-out
+list (``real_rain.py`` must have been given the same ``--held-out``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,8 @@ HEAVY7_FLOOR = 0.0  # item 1: the 7 heavy pairs' paired interval wholly above th
 LIGHT_FLOOR = -0.05  # item 2: Rain200L's and RainTrainL's mean difference against stage 9 at least this (dB)
 REMOVED_RATIO = 0.98  # item 3: rain removed on the held-out photos at least this × stage 9's
 KEPT_FLOOR = 44.0  # item 4: rain-free photos kept at least this (dB)
-PIN_SLACK = 0.2
-SETS = (
-    "heavy7",
-    "light40",
-    "rain200l",
-    "heavy200",
-)  # paired.py's sets the rules read  # pin: heavy 200 against stage 9 not below the previous leg's by more than this (dB)
+PIN_SLACK = 0.2  # pin: heavy 200 against stage 9 not below the previous leg's by more than this (dB)
+SETS = ("heavy7", "light40", "rain200l", "heavy200")  # paired.py's sets the rules read
 
 
 def mean(values: list[float]) -> float:
@@ -56,13 +52,28 @@ def real_subsets(real: dict, held: set[str]) -> dict[str, list[list[float]]]:
     """Per-photo values of each weights by subset: removed (real-rainy split into its held-out and its distilled
     photos by ``held``) and kept."""
     per = real["per_photo"]["removed"]
+    if "held out" not in per:
+        raise ValueError("real_rain.py's JSON has no 'held out' set: score with --held-out")
     subsets = {key: per[key] for key in ("held out", "all real", "real-rainy", "spa", "webcam") if key in per}
     names = real["per_photo"]["names"]["real-rainy"]
     for label, inside in (("held-out real-rainy", True), ("distilled", False)):
         idx = [i for i, name in enumerate(names) if (name in held) == inside]
         subsets[label] = [[column[i] for i in idx] for column in per["real-rainy"]]
+    others = sum(len(per[key][0]) for key in ("spa", "webcam") if key in per)
+    if len(subsets["held-out real-rainy"][0]) + others != len(per["held out"][0]):
+        raise ValueError(
+            f"the held-out list names {len(subsets['held-out real-rainy'][0])} of real-rainy's photos, and with "
+            f"SPA's and the webcam's {others} they are not the {len(per['held out'][0])} real_rain.py held out: "
+            "give the --held-out file it was given"
+        )
     subsets["kept"] = real["per_photo"]["kept"]
     return subsets
+
+
+def read_held_out(path: Path) -> set[str]:
+    """The photo names of a held-out list (teacher_pairs.py's ``held-out.txt``), read as real_rain.py reads it."""
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return {line for line in lines if line and not line.startswith("#")}
 
 
 def paired_set(paired: dict, key: str) -> dict:
@@ -152,30 +163,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         real = read_json(args.real, ("weights", "per_photo"))
         paired = read_json(args.paired, ("weights", *SETS))
-        previous = (
-            paired_set(read_json(args.previous_paired, ("heavy200",)), "heavy200")
-            if args.previous_paired
-            else None
-        )
-        held = set(args.held_out.read_text(encoding="utf-8").split())
+        previous = read_json(args.previous_paired, ("heavy200",)) if args.previous_paired else None
+        held = read_held_out(args.held_out)
+        if len(real["weights"]) != 3:
+            raise ValueError(
+                f"{args.real}: {len(real['weights'])} weights; expected stage 9, the previous leg and the leg"
+            )
+        subsets = real_subsets(real, held)
+        items = verdict(real, paired, held, paired_set(previous, "heavy200")["mean"] if previous else None)
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if len(real["weights"]) != 3:
-        print(
-            f"error: {args.real}: {len(real['weights'])} weights; expected stage 9, the previous leg and the leg",
-            file=sys.stderr,
-        )
-        return 2
     print(f"real rain ({args.real}): {' | '.join(real['weights'])}")
-    for label, columns in real_subsets(real, held).items():
+    for label, columns in subsets.items():
         means = " / ".join(f"{mean(c):.3f}" for c in columns)
         print(f"  {label} ({len(columns[0])}): {means}")
         print(f"    leg − previous {shown(difference(columns[2], columns[1]))}")
         print(f"    leg − stage 9  {shown(difference(columns[2], columns[0]))}")
-    previous_heavy200 = previous["mean"] if previous else None
     print("rules:")
-    for item, passed, read in verdict(real, paired, held, previous_heavy200):
+    for item, passed, read in items:
         mark = "look" if passed is None else "PASS" if passed else "FAIL"
         print(f"  {mark}  {item}: {read}")
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from lightning.pytorch import Trainer
 
 from derain.weights import WeightsNotFoundError
-from derain.weights.provenance import checkpoint_provenance, provenance_metadata
+from derain.weights.provenance import best_entry, checkpoint_provenance, provenance_metadata
 
 __all__ = ["export_provenance", "export_source"]
 
@@ -46,6 +46,5 @@ def export_provenance(config: dict, trainer: Trainer, checkpoint: str | Path) ->
     validation: dict = {"last": {k: round(float(v), 4) for k, v in metrics.items() if k.startswith("val")}}
     callback = trainer.checkpoint_callback
     if callback is not None and callback.best_model_score is not None:
-        best = {callback.monitor: round(float(callback.best_model_score), 4)}
-        validation["best"] = {**best, "checkpoint": Path(callback.best_model_path).name}
+        validation["best"] = best_entry(callback.monitor, callback.best_model_score, callback.best_model_path)
     return provenance_metadata(checkpoint_provenance(checkpoint, config=config, validation=validation))

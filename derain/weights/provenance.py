@@ -6,7 +6,8 @@ data (every file of the folders the config names, by relative path and size), th
 scores and, for a run from ``--init_weights``, what it started from (``started_from``: :func:`weights_ref`); a
 network grown from trained weights (``derain grow``) records what it grew from instead
 (:func:`growth_provenance`). ``derain info`` prints it. Nothing here imports Lightning: the training command
-collects the values and passes them in.
+collects the values and passes them in; ``derain export`` reads them from a checkpoint and the config its run saved
+(:func:`checkpoint_provenance`).
 
 Example:
     >>> prov = provenance(config=config, steps=500, validation={"val/psnr_y": 24.5})   # doctest: +SKIP
@@ -40,6 +41,7 @@ from derain.weights import (
 
 __all__ = [
     "PROVENANCE_KEY",
+    "best_entry",
     "checkpoint_provenance",
     "config_folders",
     "data_manifest",
@@ -50,6 +52,7 @@ __all__ = [
     "provenance_metadata",
     "read_provenance",
     "saved_config",
+    "yaml_file",
     "write_provenance",
 ]
 
@@ -170,23 +173,25 @@ def checkpoint_provenance(
     *,
     config: Mapping[str, Any] | None = None,
     validation: Mapping[str, Any] | None = None,
-    commit: str | None = None,
     **more: Any,
 ) -> dict[str, Any]:
     """The provenance of weights exported from ``checkpoint``, a Lightning checkpoint that ``derain.fit`` wrote: its
-    step, its name, what the run started from (``started_from``, for a run from ``--init_weights``) and, where not
-    given, the rest from what the run left. ``derain.fit`` passes the config and scores it has; ``derain export``
-    passes nothing and gets them from the checkpoint's run.
+    step, its name and what the run started from (``started_from``, for a run from ``--init_weights``), with the
+    config and scores given. ``derain.fit`` gives the ones it ran with, at the end of its run (and the commit is
+    the code's that trained). Without a config (``derain export`` of a checkpoint, later) the rest is what the run
+    left: the config LightningCLI saved beside it (:func:`saved_config`; else the checkpoint's own
+    hyperparameters, and ``config_source`` says which), the best score its ``ModelCheckpoint`` state records; the
+    commit is then unknown (``commit`` null; ``export_commit`` is the exporting code's).
 
     Args:
         checkpoint: the checkpoint (read with the safe loader).
-        config: the resolved config; default :func:`saved_config` of the checkpoint's run.
+        config: the resolved config the run trained with.
         validation: the scores; default the best that the checkpoint's ``ModelCheckpoint`` state records.
-        commit: the code's commit; default :func:`git_commit` of the working directory (the export's).
         **more: further entries.
 
     Raises:
-        WeightsError: the checkpoint is missing or not a checkpoint (the message names it).
+        WeightsError: the checkpoint is missing or not a checkpoint, or its run's saved config is not YAML (the
+            message names the file).
     """
     path = Path(checkpoint)
     if not path.is_file():
@@ -197,46 +202,95 @@ def checkpoint_provenance(
         raise WeightsError(f"cannot read checkpoint {path}: {type(err).__name__}: {str(err)[:200]}") from None
     if not isinstance(saved, dict):
         raise WeightsError(f"{path} is not a Lightning checkpoint")
-    if config is None:
-        config = saved_config(path) or {
-            "model": saved.get("hyper_parameters", {}),
-            "data": saved.get("datamodule_hyper_parameters", {}),
-        }
-    if validation is None:
-        validation = _best_score(saved)
+    later = config is None
+    if later:
+        found = saved_config(path)
+        if found is not None:
+            config, source = yaml_file(found), str(found)
+        else:
+            config = {
+                "model": saved.get("hyper_parameters", {}),
+                "data": saved.get("datamodule_hyper_parameters", {}),
+            }
+            source = "the checkpoint's hyperparameters (no config its run saved was found)"
+        more = {"config_source": source, "export_commit": git_commit(), **more}
     started = {"started_from": saved[STARTED_KEY]} if STARTED_KEY in saved else {}
-    return provenance(
+    prov = provenance(
         config=config,
         steps=saved.get("global_step", 0),
-        validation=validation,
-        commit=commit,
+        validation=_best_score(saved) if validation is None else validation,
+        commit="" if later else None,  # "" skips the git call; null below
         checkpoint=path.name,
         **started,
         **more,
     )
+    if later:
+        prov["commit"] = None  # not known: the checkpoint does not record it
+    return prov
 
 
-def saved_config(checkpoint: str | os.PathLike) -> dict[str, Any] | None:
-    """The config LightningCLI saved for the run that wrote ``checkpoint`` (``RUN/checkpoints/NAME.ckpt``): the
-    newest ``RUN/lightning_logs/version_*/config.yaml`` not written after the checkpoint (a resumed run saves its
-    config in a new version folder), or None where the run left none."""
-    path = Path(checkpoint)
+def saved_config(checkpoint: str | os.PathLike) -> Path | None:
+    """The config LightningCLI saved for the run that wrote ``checkpoint``, or None where none is found.
+
+    It looks where a run saves it, in the folder above the checkpoints' (``RUN/lightning_logs/version_*/config.yaml``,
+    or ``RUN/config.yaml`` without a logger), and takes only a config whose checkpoint folder
+    (``checkpoint.dirpath``, by default ``trainer.default_root_dir/checkpoints``; a relative one read as the tail
+    of the checkpoint's folder) is the checkpoint's; of those, the newest not written after the checkpoint (a
+    resumed run saves its config in a new version folder).
+    """
+    path = Path(checkpoint).resolve()
     written = path.stat().st_mtime
-    runs = path.parent.parent.glob("lightning_logs/version_*/config.yaml")
-    configs = [c for c in runs if c.stat().st_mtime <= written]
-    if not configs:
-        return None
-    loaded = yaml.safe_load(max(configs, key=lambda c: c.stat().st_mtime).read_text(encoding="utf-8"))
-    return loaded if isinstance(loaded, dict) else None
+    run = path.parent.parent
+    found = []
+    for candidate in [run / "config.yaml", *run.glob("lightning_logs/version_*/config.yaml")]:
+        if not candidate.is_file() or candidate.stat().st_mtime > written:
+            continue
+        config = yaml_file(candidate)
+        if isinstance(config, dict) and _names_folder(config, path.parent):
+            version = candidate.parent.name.removeprefix("version_")
+            found.append((candidate.stat().st_mtime, int(version) if version.isdigit() else -1, candidate))
+    return max(found)[2] if found else None
+
+
+def yaml_file(path: Path) -> Any:
+    """A YAML file's content.
+
+    Raises:
+        WeightsError: it is not YAML (the message names it).
+    """
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise WeightsError(f"{path}: not a readable YAML config ({err})") from None
+
+
+def _names_folder(config: Mapping[str, Any], folder: Path) -> bool:
+    """Whether a run's config keeps its checkpoints in ``folder`` (resolved); a relative path in the config names
+    it by its tail (the run's working folder is not recorded)."""
+    dirpath = (config.get("checkpoint") or {}).get("dirpath")
+    root = (config.get("trainer") or {}).get("default_root_dir") or "."
+    named = Path(os.path.normpath(dirpath or Path(root) / "checkpoints"))
+    if named.is_absolute():
+        return named.resolve() == folder
+    tail = [part for part in named.parts if part != "."]
+    return ".." not in tail and list(folder.parts[len(folder.parts) - len(tail) :]) == tail
 
 
 def _best_score(saved: Mapping[str, Any]) -> dict[str, Any]:
     """The best validation score a checkpoint's ``ModelCheckpoint`` state records, as ``derain.fit`` labels it."""
     for key, state in (saved.get("callbacks") or {}).items():
         if str(key).startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
-            best = {state["monitor"]: round(float(state["best_model_score"]), 4)}
-            return {"best": {**best, "checkpoint": Path(state.get("best_model_path", "")).name}}
+            return {
+                "best": best_entry(
+                    state["monitor"], state["best_model_score"], state.get("best_model_path", "")
+                )
+            }
     return {}
+
+
+def best_entry(monitor: str, score: Any, checkpoint: str | os.PathLike) -> dict[str, Any]:
+    """The best validation score as provenance records it: the monitored value (4 decimals) and its checkpoint."""
+    return {monitor: round(float(score), 4), "checkpoint": Path(checkpoint).name}
 
 
 def weights_ref(weights: str | os.PathLike) -> dict[str, str]:
