@@ -33,6 +33,7 @@ from derain.train import DerainLitModule, NonFiniteLossError, load_init_weights
 from derain.train.export import export_provenance, export_source
 from derain.train.precision import DerainTrainer
 from derain.weights import WeightsError, export_checkpoint
+from derain.weights.provenance import git_commit
 
 __all__ = ["format_test_table", "main", "run"]
 
@@ -107,6 +108,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     if cli.start.found_last and trainer.is_global_zero:
         step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
         print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
+    commit = git_commit()  # the code that trains: the checkout may move on while the run does
     sigint = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.start.resume_from)
@@ -132,7 +134,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
         source = export_source(cli.config.get("export_from", "best"), best, last)
         if source:
             config = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))
-            extra = export_provenance(config, trainer, source)
+            extra = export_provenance(config, trainer, source, commit=commit)
             out = export_checkpoint(source, run_dir / "model.safetensors", extra=extra)
             print(f"Exported {source} -> {out}")
         print(

@@ -17,6 +17,7 @@ from helpers import TINY_NET, tiny_net
 from safetensors import safe_open
 from training_helpers import QUIET, make_folder
 
+import derain.fit
 from derain.cli import main as derain_main
 from derain.fit import main as fit_main
 from derain.fit_cli import Start, how_to_start
@@ -155,7 +156,7 @@ def test_fast_dev_run_on_the_synthetic_default(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_learns_resumes_and_exports(tmp_path, capsys):
+def test_training_learns_resumes_and_exports(tmp_path, capsys, monkeypatch):
     data = make_folder(tmp_path / "pairs")
     val = make_folder(tmp_path / "val", seed=1)  # other backgrounds: training pairs showing them would leave
     run = tmp_path / "run"
@@ -183,7 +184,10 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
     assert saved["global_step"] == 8 and {"optimizer_states", "lr_schedulers"} <= saved.keys()  # resumable
     capsys.readouterr()
 
-    # the same command with more steps resumes from last.ckpt and says so; it exports the last weights
+    # the same command with more steps resumes from last.ckpt and says so; it exports the last weights, naming the
+    # commit of the code when the run started (the checkout may move on while it trains)
+    commits = iter(["at-start", "later"])
+    monkeypatch.setattr(derain.fit, "git_commit", lambda: next(commits))
     assert fit_main([*common, "--trainer.max_steps=40", "--export_from=last"]) == 0
     out = capsys.readouterr().out
     assert f"Resuming from {last} (step 8)" in out
@@ -200,6 +204,7 @@ def test_training_learns_resumes_and_exports(tmp_path, capsys):
         prov["steps"] == 40
         and prov["config"]["trainer"]["max_steps"] == 40
         and prov["checkpoint"] == "last.ckpt"
+        and prov["commit"] == "at-start"
     )
     files = sum(p.is_file() for p in [*data.rglob("*"), *val.rglob("*")])
     assert prov["data"]["folders"] == [str(data), str(val)] and prov["data"]["files"] == files

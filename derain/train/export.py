@@ -31,9 +31,11 @@ def export_source(chosen: str, best: str, last: Path) -> str:
     return str(path)
 
 
-def export_provenance(config: dict, trainer: Trainer, checkpoint: str | Path) -> dict[str, str]:
+def export_provenance(
+    config: dict, trainer: Trainer, checkpoint: str | Path, commit: str | None = None
+) -> dict[str, str]:
     """The provenance metadata of the weights exported from ``checkpoint`` at the end of a run: the resolved
-    config, the commit, the data manifest, the checkpoint's step, the validation scores (the last validation's,
+    config, the commit (``commit``, the code's when the run started; default the checkout's now), the data manifest, the checkpoint's step, the validation scores (the last validation's,
     and the monitored best) and, for a run that started from ``--init_weights``, ``started_from`` (the file as
     named and its tensors' sha256).
 
@@ -47,4 +49,5 @@ def export_provenance(config: dict, trainer: Trainer, checkpoint: str | Path) ->
     callback = trainer.checkpoint_callback
     if callback is not None and callback.best_model_score is not None:
         validation["best"] = best_entry(callback.monitor, callback.best_model_score, callback.best_model_path)
-    return provenance_metadata(checkpoint_provenance(checkpoint, config=config, validation=validation))
+    prov = checkpoint_provenance(checkpoint, config=config, validation=validation, commit=commit)
+    return provenance_metadata(prov)

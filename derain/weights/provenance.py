@@ -173,6 +173,7 @@ def checkpoint_provenance(
     *,
     config: Mapping[str, Any] | None = None,
     validation: Mapping[str, Any] | None = None,
+    commit: str | None = None,
     **more: Any,
 ) -> dict[str, Any]:
     """The provenance of weights exported from ``checkpoint``, a Lightning checkpoint that ``derain.fit`` wrote: its
@@ -187,6 +188,7 @@ def checkpoint_provenance(
         checkpoint: the checkpoint (read with the safe loader).
         config: the resolved config the run trained with.
         validation: the scores; default the best that the checkpoint's ``ModelCheckpoint`` state records.
+        commit: with ``config``, the commit of the code that trained (default :func:`git_commit` now).
         **more: further entries.
 
     Raises:
@@ -219,7 +221,7 @@ def checkpoint_provenance(
         config=config,
         steps=saved.get("global_step", 0),
         validation=_best_score(saved) if validation is None else validation,
-        commit="" if later else None,  # "" skips the git call; null below
+        commit="" if later else commit,  # "" skips the git call; null below
         checkpoint=path.name,
         **started,
         **more,
