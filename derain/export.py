@@ -7,8 +7,8 @@ checkpoint or weights file to an ONNX model (when the output name ends in ``.onn
 
 A weights file written from a checkpoint records its provenance (``derain info`` prints it): the checkpoint's step,
 what the run started from, its best validation score and the config the run saved beside it (the training commit is
-not in a checkpoint: ``derain.fit``'s own export records it). What a weights file
-holds is ``derain.weights``' to say; the ONNX graph's, ``derain.inference.onnx``'s.
+not in a checkpoint: ``derain.fit``'s own export records it). What a weights file holds is ``derain.weights``' to
+say; the ONNX graph's, ``derain.inference.onnx``'s.
 """
 
 from __future__ import annotations

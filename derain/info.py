@@ -3,7 +3,8 @@
 Prints the file, its network record, the sha256 of its tensors (what the recipe pins) and its provenance: the
 commit, the training data's manifest hash, the steps, the weights it started from (file and tensors sha256), the
 validation scores and the resolved config (``--config`` prints that in full); a grown network (``derain grow``),
-its parent (file and tensors sha256), the growth options and the parent's steps and scores. A file written without provenance says so.
+its parent (file and tensors sha256), the growth options and the parent's steps and scores. A file written without
+provenance says so.
 """
 
 from __future__ import annotations

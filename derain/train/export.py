@@ -35,9 +35,9 @@ def export_provenance(
     config: dict, trainer: Trainer, checkpoint: str | Path, commit: str | None = None
 ) -> dict[str, str]:
     """The provenance metadata of the weights exported from ``checkpoint`` at the end of a run: the resolved
-    config, the commit (``commit``, the code's when the run started; default the checkout's now), the data manifest, the checkpoint's step, the validation scores (the last validation's,
-    and the monitored best) and, for a run that started from ``--init_weights``, ``started_from`` (the file as
-    named and its tensors' sha256).
+    config, the commit (``commit``, the code's when the run started; default the checkout's now), the data
+    manifest, the checkpoint's step, the validation scores (the last validation's, and the monitored best) and,
+    for a run that started from ``--init_weights``, ``started_from`` (the file as named and its tensors' sha256).
 
     Args:
         config: the run's resolved config, as plain data (what ``derain fit --print_config`` prints).

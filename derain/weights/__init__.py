@@ -46,6 +46,7 @@ __all__ = [
     "export_checkpoint",
     "float16_tensors",
     "legacy_record",
+    "load_checkpoint",
     "load_net",
     "packaged_weights",
     "read_checkpoint_net",
@@ -104,6 +105,27 @@ def save_net(net: nn.Module, path: str | os.PathLike, *, extra: dict[str, str] |
     return _write(tensors, record, path, extra)
 
 
+def load_checkpoint(ckpt_path: str | os.PathLike) -> dict:
+    """A Lightning checkpoint, read with the safe loader.
+
+    Raises:
+        WeightsNotFoundError: it does not exist.
+        WeightsError: it is not a readable Lightning checkpoint (no ``state_dict``); the message names it.
+    """
+    ckpt_path = Path(ckpt_path)
+    try:
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise WeightsNotFoundError(f"checkpoint not found: {ckpt_path}") from None
+    except Exception as err:  # noqa: BLE001 - any unpickling failure means "not a usable checkpoint"
+        raise WeightsError(
+            f"cannot read checkpoint {ckpt_path}: {type(err).__name__}: {str(err)[:200]}"
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise WeightsError(f"{ckpt_path} is not a Lightning checkpoint (no 'state_dict')")
+    return ckpt
+
+
 def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
     """The network state dict and record (``class_path``, ``init_args``) from a Lightning checkpoint (safe
     loader).
@@ -113,16 +135,7 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
     earlier ``model.ema_decay``, its moving average ``ema.*``. The prefix is removed.
     """
     ckpt_path = Path(ckpt_path)
-    try:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"checkpoint not found: {ckpt_path}") from None
-    except Exception as err:  # noqa: BLE001 - any unpickling failure means "not a usable checkpoint"
-        raise ValueError(
-            f"cannot read checkpoint {ckpt_path}: {type(err).__name__}: {str(err)[:200]}"
-        ) from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise ValueError(f"{ckpt_path} is not a Lightning checkpoint (no 'state_dict')")
+    ckpt = load_checkpoint(ckpt_path)
     record = ckpt.get(CHECKPOINT_KEY)
     if record is None and "derain_net_config" in ckpt:  # written before the record (derain-net-v1)
         record = legacy_record(ckpt["derain_net_config"])

@@ -26,13 +26,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from derain.weights import (
     STARTED_KEY,
     WeightsError,
-    WeightsNotFoundError,
+    load_checkpoint,
     read_safetensors,
     resolve,
     save_tensors,
@@ -196,14 +195,7 @@ def checkpoint_provenance(
             message names the file).
     """
     path = Path(checkpoint)
-    if not path.is_file():
-        raise WeightsNotFoundError(f"checkpoint not found: {path}")
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any failure to read means "not a usable checkpoint"
-        raise WeightsError(f"cannot read checkpoint {path}: {type(err).__name__}: {str(err)[:200]}") from None
-    if not isinstance(saved, dict):
-        raise WeightsError(f"{path} is not a Lightning checkpoint")
+    saved = load_checkpoint(path)
     later = config is None
     if later:
         found = saved_config(path)
