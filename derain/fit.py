@@ -32,7 +32,7 @@ from derain.pairing import DataError
 from derain.train import DerainLitModule, NonFiniteLossError, load_init_weights
 from derain.train.export import export_provenance, export_source
 from derain.train.precision import DerainTrainer
-from derain.weights import WeightsError, export_checkpoint
+from derain.weights import WeightsError, export_checkpoint, load_checkpoint
 from derain.weights.provenance import git_commit
 
 __all__ = ["format_test_table", "main", "run"]
@@ -106,7 +106,10 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     if cli.start.fine_tune_from is not None:
         cli.model.started_from = load_init_weights(cli.model.net, cli.start.fine_tune_from)
     if cli.start.found_last and trainer.is_global_zero:
-        step = torch.load(last, map_location="cpu", weights_only=True).get("global_step", "?")
+        try:
+            step = load_checkpoint(last).get("global_step", "?")
+        except WeightsError as err:  # a damaged last.ckpt (a run killed while writing it): named, with the way out
+            raise WeightsError(f"{err}; pass --resume never to start afresh") from None
         print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
     commit = git_commit()  # the code that trains: the checkout may move on while the run does
     sigint = signal.getsignal(signal.SIGINT)

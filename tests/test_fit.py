@@ -359,6 +359,17 @@ def test_missing_init_weights_exits_2_naming_the_file(tmp_path, capsys):
     assert "error:" in err and "nope.safetensors" in err and "Traceback" not in err
 
 
+def test_a_damaged_last_checkpoint_exits_2_naming_it_and_the_way_out(tmp_path, capsys):
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.parent.mkdir()
+    last.write_bytes(b"cut short")
+    args = [*TINY_NET, *QUIET, f"--trainer.default_root_dir={tmp_path}"]
+    args += ["--data.synthesis.builtin_photos=true", "--data.synthesis.length=8", "--trainer.max_steps=1"]
+    assert fit_main(args) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read checkpoint {last}" in err and "--resume never" in err and "Traceback" not in err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ddp_on_two_cpu_processes(tmp_path):
