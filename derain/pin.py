@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from derain.io import atomic_output
-from derain.recipe import SOURCE, Recipe, RecipeError, Stage, check_weights, load_recipe
+from derain.recipe import SOURCE, Recipe, RecipeError, Stage, check_weights, leg_configs, load_recipe
 from derain.weights import WeightsError, float16_tensors, read_safetensors, save_float16, tensors_sha256
 from derain.weights.provenance import read_provenance
 
@@ -149,7 +149,7 @@ def pin_stage(recipe: Recipe, name: str, *, needs: tuple[str, ...] = (), note: s
     stage = {
         "name": name,
         "config": config.name,
-        "over": [c.relative_to(recipe.file.parent).as_posix() for c in (*last.over, last.config)],
+        "over": [c.relative_to(recipe.file.parent).as_posix() for c in leg_configs(recipe, name)[:-1]],
         **({"needs": list(needs)} if needs else {}),
         "input": {
             "path": (Path(last.output.path).parent / "float16.safetensors").as_posix(),

@@ -16,7 +16,11 @@ A run in progress (a recipe with a ``continuation``) grows a leg at a time: once
 the recipe) has trained from the continuation, ``derain pin NAME LEG`` (:mod:`derain.pin`) appends its stage
 (layered over every earlier stage's configs, from the committed continuation as the last stage's output in float16,
 its output as the run wrote it: path, checkpoint, step and sha256) and replaces the continuation with that output in
-float16, the next leg's start.
+float16, the next leg's start. ``--fit-args LEG`` prints what ``derain fit`` is given for a stage or the next leg
+(its configs, layered, and the weights it starts from) and ``--prepare LEG`` runs the prepare steps it needs, so
+that a leg run by hand (or on a lent GPU, ``tools/gpu_leg.sh``) is the one the recipe would run:
+
+    derain recipe derain-base --prepare leg12 && derain fit $(derain recipe derain-base --fit-args leg12)
 """
 
 from __future__ import annotations
@@ -40,9 +44,13 @@ __all__ = [
     "RecipeError",
     "Stage",
     "check_weights",
+    "leg_configs",
+    "leg_fit_args",
+    "leg_needs",
     "load_recipe",
     "main",
     "plan",
+    "prepare_leg",
     "run_recipe",
 ]
 
@@ -278,25 +286,75 @@ def _restore(stage: Stage, shipped: str) -> bool:
     return True
 
 
-def _train(recipe: Recipe, stage: Stage) -> int:
-    for key in stage.needs:
+def leg_configs(recipe: Recipe, name: str) -> tuple[Path, ...]:
+    """The configs ``derain fit`` layers for ``name``, in order: a stage's ``over`` and its config; or, for the next
+    leg of a run in progress (``name.yaml`` beside the recipe, not yet a stage), the last stage's and then its own.
+
+    Raises:
+        RecipeError: ``name`` is neither a stage nor the next leg's config (the message lists the stages).
+    """
+    for stage in recipe.stages:
+        if stage.name == name:
+            return (*stage.over, stage.config)
+    config = recipe.file.parent / f"{name}.yaml"
+    if recipe.continuation is None or not config.is_file():
+        where = f"nor a config {config} of a next leg" if recipe.continuation else "(a finished recipe)"
+        raise RecipeError(
+            f"{name} is not a stage of {recipe.name} ({', '.join(s.name for s in recipe.stages)}) {where}"
+        )
+    last = recipe.stages[-1]
+    return (*last.over, last.config, config)
+
+
+def leg_needs(recipe: Recipe, name: str) -> tuple[str, ...]:
+    """The ``prepare`` steps ``name`` (a stage or the next leg, :func:`leg_configs`) needs: those of every stage
+    whose config it layers (a later leg validates on leg 1's set and trains on the layers an earlier leg added), but
+    not what is only another stage's input (leg 1's start is no later leg's)."""
+    configs = leg_configs(recipe, name)
+    needs: list[str] = []
+    for stage in recipe.stages:
+        if stage.config not in configs:
+            continue
+        start = stage.input.path if stage.input is not None and stage.name != name else None
+        needs += [key for key in stage.needs if key not in needs and recipe.prepare[key]["path"] != start]
+    return tuple(needs)
+
+
+def leg_fit_args(recipe: Recipe, name: str) -> list[str]:
+    """What ``derain fit`` is given for ``name``: its configs (:func:`leg_configs`) and the weights it starts from
+    (a stage's recorded input; the next leg's, the continuation), whatever the configs say."""
+    args = [a for config in leg_configs(recipe, name) for a in ("--config", _shown(config))]
+    stage = next((s for s in recipe.stages if s.name == name), None)
+    if stage is None:  # the next leg: the committed continuation, a path under SOURCE
+        return [*args, "--init_weights", _shown(SOURCE / recipe.continuation.path)]  # type: ignore[union-attr]
+    return args + (["--init_weights", stage.input.path] if stage.input is not None else [])
+
+
+def prepare_leg(recipe: Recipe, name: str) -> None:
+    """Run the ``prepare`` steps ``name`` needs (:func:`leg_needs`) whose output is missing, by their commands.
+
+    Raises:
+        RecipeError: a step's script is not here (not run from the repository root) or it failed.
+    """
+    for key in leg_needs(recipe, name):
         prep = recipe.prepare[key]
-        if not Path(prep["path"]).exists():
-            script = Path(prep["command"][0])
-            if prep["command"][0] != "-m" and not script.is_file():  # ["-m", MODULE, ...]: a module runs
-                raise RecipeError(
-                    f"{stage.name}: {key} is built by {script}, not found here: run from the repository root"
-                )
-            print(f"{stage.name}: preparing {prep['path']}: python {' '.join(prep['command'])}", flush=True)
-            if subprocess.run([sys.executable, *prep["command"]]).returncode != 0:
-                raise RecipeError(
-                    f"{stage.name}: preparing {key} failed (python {' '.join(prep['command'])})"
-                )
+        if Path(prep["path"]).exists():
+            continue
+        script = Path(prep["command"][0])
+        if prep["command"][0] != "-m" and not script.is_file():  # ["-m", MODULE, ...]: a module runs
+            raise RecipeError(
+                f"{name}: {key} is built by {script}, not found here: run from the repository root"
+            )
+        print(f"{name}: preparing {prep['path']}: python {' '.join(prep['command'])}", flush=True)
+        if subprocess.run([sys.executable, *prep["command"]]).returncode != 0:
+            raise RecipeError(f"{name}: preparing {key} failed (python {' '.join(prep['command'])})")
+
+
+def _train(recipe: Recipe, stage: Stage) -> int:
+    prepare_leg(recipe, stage.name)
     from derain.fit import main as fit_main  # Lightning only when training
 
-    args = [a for config in (*stage.over, stage.config) for a in ("--config", str(config))]
-    if stage.input is not None:  # the recipe's input, not the path the config ran with (a leg's live file)
-        args += ["--init_weights", stage.input.path]
+    args = leg_fit_args(recipe, stage.name)  # the recipe's input, not the path the config ran with
     print(f"{stage.name}: derain fit {' '.join(args)}", flush=True)
     return fit_main(args, prog="derain fit")
 
@@ -411,7 +469,8 @@ def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
 
 
 def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
-    """``derain recipe NAME [--plan] [--accept-rebuilt] [--restore]``; returns 0, fit's status, or 2 (one line)."""
+    """``derain recipe NAME [--plan] [--accept-rebuilt] [--restore] [--fit-args LEG] [--prepare LEG]``; returns 0,
+    fit's status, or 2 (one line)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("recipe", help="a recipe that ships with derain (derain-small) or a recipe.yaml")
     parser.add_argument(
@@ -423,11 +482,26 @@ def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
     parser.add_argument(
         "--restore", action="store_true", help="take missing shipped outputs from git history"
     )
+    parser.add_argument(
+        "--fit-args",
+        metavar="LEG",
+        help="print what derain fit is given for a stage or the next leg (LEG.yaml beside the recipe): its "
+        "configs, layered, and the weights it starts from; train nothing",
+    )
+    parser.add_argument(
+        "--prepare", metavar="LEG", help="run the prepare steps a stage or the next leg needs; train nothing"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         recipe = load_recipe(args.recipe)
         if args.plan:
             print(plan(recipe))
+            return 0
+        if args.fit_args or args.prepare:
+            if args.prepare:
+                prepare_leg(recipe, args.prepare)
+            if args.fit_args:
+                print(" ".join(leg_fit_args(recipe, args.fit_args)))
             return 0
         return run_recipe(recipe, accept_rebuilt=args.accept_rebuilt, restore=args.restore)
     except RecipeError as err:

@@ -433,3 +433,73 @@ def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tm
     assert pin([str(file), "007"]) == 2 and "a leg is named by" in capsys.readouterr().err
     (tmp_path / "c.yaml").write_text((tmp_path / "b.yaml").read_text())  # b's output again: a stale file
     assert pin([str(file), "c"]) == 2 and "is the output of stage b" in capsys.readouterr().err
+
+
+def test_a_leg_by_hand_is_the_one_the_recipe_runs_its_configs_start_and_needs(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    file, sha = tiny_recipe(tmp_path, None)
+    manifest = yaml.safe_load(file.read_text())
+    out_a = tmp_path / "runs" / "a" / "model.safetensors"
+    made = tmp_path / "made.txt"
+    script = tmp_path / "make.py"  # a prepare step: writes the path it is given, once
+    script.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).write_text('x')\n")
+    start = tmp_path / "start.safetensors"  # stage a's start, built by a prepare step
+    manifest["prepare"] = {
+        "val": {"path": str(made), "command": [str(script), str(made)]},
+        "start": {"path": str(start), "command": [str(script), str(start)]},
+        "layers": {"path": str(tmp_path / "layers"), "command": [str(script), str(tmp_path / "layers")]},
+    }
+    manifest["stages"][0].update(input={"path": str(start), "sha256": None}, needs=["start", "val"])
+    manifest["stages"][1].update(over=["a.yaml"], needs=["layers"])
+    target = tmp_path / "continuation.safetensors"
+    recipe_module.save_float16(out_a, target)
+    manifest["continuation"] = {"path": str(target), "sha256": tensors_sha256(target)}
+    file.write_text(yaml.safe_dump(manifest))
+    (tmp_path / "c.yaml").write_text("model:\n  lr: 0.0001\n")
+    recipe = load_recipe(str(file))
+    a, b, c = (tmp_path / f"{n}.yaml" for n in "abc")
+    assert recipe_module.leg_configs(recipe, "a") == (a,) and recipe_module.leg_configs(recipe, "b") == (a, b)
+    assert recipe_module.leg_configs(recipe, "c") == (a, b, c)  # the next leg: over every earlier leg's
+    # a later leg needs what the legs under it validate and train on, not leg a's start
+    assert recipe_module.leg_needs(recipe, "a") == ("start", "val")
+    assert recipe_module.leg_needs(recipe, "c") == ("val", "layers")
+    assert recipe_module.leg_fit_args(recipe, "b") == [
+        "--config",
+        str(a),
+        "--config",
+        str(b),
+        "--init_weights",
+        str(out_a),
+    ]
+    assert main([str(file), "--fit-args", "c"]) == 0  # the next leg starts from the continuation
+    printed = capsys.readouterr().out.split()
+    assert printed == [
+        "--config",
+        str(a),
+        "--config",
+        str(b),
+        "--config",
+        str(c),
+        "--init_weights",
+        str(target),
+    ]
+    monkeypatch.setattr(recipe_module, "_train", lambda *x: pytest.fail("--prepare trained"))
+    assert main([str(file), "--prepare", "c"]) == 0
+    assert made.is_file() and (tmp_path / "layers").is_file() and not start.exists()
+    assert "c: preparing" in capsys.readouterr().out
+    assert (
+        main([str(file), "--prepare", "c"]) == 0 and "preparing" not in capsys.readouterr().out
+    )  # built once
+    assert main([str(file), "--fit-args", "d"]) == 2
+    assert "d is not a stage of tiny (a, b) nor a config" in capsys.readouterr().err
+
+
+def test_each_derain_base_leg_layers_over_every_earlier_legs_configs() -> None:
+    base = load_recipe("derain-base")
+    for earlier, later in zip(base.stages, base.stages[1:], strict=False):
+        assert recipe_module.leg_configs(base, later.name)[:-1] == recipe_module.leg_configs(
+            base, earlier.name
+        )
+    assert "heavy-val" in recipe_module.leg_needs(base, base.stages[-1].name)  # leg 1's validation set, still
+    assert "grown" not in recipe_module.leg_needs(base, base.stages[-1].name)  # leg 1's start, no later leg's

@@ -11,8 +11,8 @@
 # DERAIN_COMMIT (expanded here, e.g. the run's command `DERAIN_COMMIT=<git rev-parse HEAD> bash tools/gpu_leg.sh`)
 # or the weights' provenance names the wrong one (leg 1's had to be corrected).
 #   OUT=/tmp/out bash tools/gpu_leg.sh                                  # leg 1 + the arms, ~9.5 minutes
-#   LEG=legN ARMS=0 bash tools/gpu_leg.sh                               # configs/derain-base/legN.yaml over leg 1's
-#   (leg2.yaml ran on a CPU at 2 x 256²: a GPU leg's config sets its own batch, as leg 1's 16 x 256²)
+#   LEG=legN ARMS=0 bash tools/gpu_leg.sh                               # the next leg, legN.yaml over every earlier leg's
+#   (leg 2 on ran on a CPU at 2 x 256²: a GPU leg's config sets its own batch, as leg 1's 16 x 256²)
 #   LEG_OVERLAY=/tmp/cpu.yaml ARMS_ARGS=--quick bash tools/gpu_leg.sh   # a smoke test on a CPU
 #   LEG=legN ARMS_ARGS="--rain heavy" bash tools/gpu_leg.sh             # a leg beside the heavy-rain arms
 set -uo pipefail
@@ -21,9 +21,7 @@ export PYTHONUNBUFFERED=1 NO_ALBUMENTATIONS_UPDATE=1 GRADIO_ANALYTICS_ENABLED=Fa
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" DERAIN_DATA=${DERAIN_DATA:-/tmp/data}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
-LEG=${LEG:-leg1}  # leg1, or a later leg whose configs/derain-base/LEG.yaml is layered over leg 1's
-LEG_CONFIGS=(--config configs/derain-base/leg1-gpu.yaml)
-[ "$LEG" != leg1 ] && LEG_CONFIGS+=(--config "configs/derain-base/$LEG.yaml")
+LEG=${LEG:-leg1}  # a stage of configs/derain-base/recipe.yaml, or the next leg (its LEG.yaml beside the recipe)
 LEG_BUDGET=${LEG_BUDGET:-400}  # seconds of training (TimeBudget); max_time, a guard, 90 s more from fit's start
 ARMS_DEADLINE=${ARMS_DEADLINE:-500}  # seconds after the start: arms still training then are stopped
 mkdir -p "$OUT"
@@ -32,12 +30,11 @@ stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
 
 stamp "unpack"
 [ -d /tmp/packed ] && $PY tools/pack_data.py unpack /tmp/packed "$DERAIN_DATA"
-# what the recipe prepares (the heavy validation set, stage 9 grown), by the recipe's own commands
-for key in $($PY -c "import yaml; print(*yaml.safe_load(open('configs/derain-base/recipe.yaml'))['prepare'])"); do
-    stamp "prepare $key"
-    $PY $($PY -c "import yaml; print(*yaml.safe_load(open('configs/derain-base/recipe.yaml'))['prepare']['$key']['command'])") \
-        | tail -1 || exit 1
-done
+# the leg as the recipe would run it: its configs layered over every earlier leg's, the weights it starts from,
+# and what it needs prepared (the heavy validation set; stage 9 grown for leg 1; the teacher's layers later)
+LEG_CONFIGS=($($PY -m derain recipe derain-base --fit-args "$LEG")) || exit 1
+stamp "prepare $LEG"
+$PY -m derain recipe derain-base --prepare "$LEG" || exit 1
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader 2>/dev/null
 
 stamp "arms start"
