@@ -189,3 +189,20 @@ def test_derain_grow_errors_are_one_line(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["grow", str(parent_file), str(tmp_path / "x.safetensors")])
     assert exit_info.value.code == 2 and "nothing to grow" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # noise would be recorded and do nothing
+        main(
+            [
+                "grow",
+                str(parent_file),
+                str(tmp_path / "x.safetensors"),
+                "--blocks",
+                "1,2,2",
+                "--noise",
+                "0.001",
+            ]
+        )
+    assert (
+        exit_info.value.code == 2
+        and "--noise 0.001 breaks the symmetry of widened copies: it needs --dim" in (capsys.readouterr().err)
+    )
+    assert not (tmp_path / "x.safetensors").exists()
