@@ -305,3 +305,54 @@ def test_paired_scores_the_real_pairs_against_their_clean_frames(tmp_path, tiny_
     )  # the caller's autograd kept
     [(webcam, names)] = parts["webcam"]
     assert names is None and len(find_pairs(webcam)) == 35  # every frame, each with its scene's clean frame
+
+
+def streaked_frame(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A clean frame, the same frame in another light with thin bright streaks, and that relit frame alone."""
+    rng = np.random.default_rng(seed)
+    clean = cv2.GaussianBlur(rng.uniform(60, 160, (64, 80, 3)).astype(np.float32), (0, 0), 4)
+    relit = clean + np.linspace(0, 25, 80, dtype=np.float32)[None, :, None]  # the light of another moment
+    streaks = np.zeros((64, 80), np.float32)
+    for x in range(4, 80, 16):
+        streaks[5:60, x] = 50.0  # one pixel wide, bright
+    rainy = relit + streaks[..., None]
+    return tuple(np.clip(a, 0, 255).round().astype(np.uint8) for a in (clean, rainy, relit))
+
+
+def test_rain_change_tells_rain_taken_from_change_elsewhere() -> None:
+    readings = tool("rain_change").readings
+    clean, rainy, relit = streaked_frame()
+    oracle = readings(rainy, clean, relit)  # takes the streaks away and nothing else
+    assert oracle["taken"] > 0.95 and oracle["on rain"] > 20 and oracle["elsewhere"] < 0.05
+    kept = readings(rainy, clean, rainy)  # changes nothing
+    assert kept == {"taken": 0.0, "on rain": 0.0, "elsewhere": 0.0, "change": 0.0}
+    noise = np.random.default_rng(1).normal(
+        0, 4, rainy.shape
+    )  # changes everything, the rain no more than the rest
+    fiddled = readings(rainy, clean, np.clip(rainy + noise, 0, 255).round().astype(np.uint8))
+    assert fiddled["taken"] < 0.1 and fiddled["elsewhere"] > 1.5 and fiddled["change"] > oracle["change"] / 2
+    darker = readings(rainy, clean, rainy - np.uint8(5))  # the whole frame's light shifted: no rain taken
+    assert darker["taken"] < 0.01 and darker["elsewhere"] == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="shapes differ"):
+        readings(rainy, clean[:8], rainy)
+
+
+def test_rain_change_compares_weights_on_the_frames_with_clean_ones(tmp_path, tiny_weights, capsys) -> None:
+    data = tmp_path / "data"
+    for sub in ("gtrain-webcam-pairs", "spa-samples"):
+        for i in range(2):
+            clean, rainy, _ = streaked_frame(i)
+            for part, image in (("rain", rainy), ("norain", clean)):
+                (data / sub / part).mkdir(parents=True, exist_ok=True)
+                cv2.imwrite(str(data / sub / part / f"{i}.png"), image)
+    out = tmp_path / "change.json"
+    args = ["--weights", str(tiny_weights), str(tiny_weights), "--names", "A", "B", "--data", str(data)]
+    assert tool("rain_change").main([*args, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "webcam (2 frames)" in printed and "spa (2 frames)" in printed and "RESULT " in printed
+    result = json.loads(out.read_text())
+    assert result["weights"] == ["A", "B"] and len(result["per_frame"]["spa"][1]) == 2
+    assert result["webcam"][1]["taken"]["paired"]["mean"] == 0.0  # the same weights twice
+    assert torch.is_grad_enabled()  # restore's inference mode did not leak
+    with pytest.raises(SystemExit, match="has no rain/ folder"):
+        tool("rain_change").main([*args, "--data", str(tmp_path / "nowhere"), "--sets", "spa"])
