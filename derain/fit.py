@@ -108,7 +108,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
     if cli.start.found_last and trainer.is_global_zero:
         try:
             step = load_checkpoint(last).get("global_step", "?")
-        except WeightsError as err:  # a damaged last.ckpt (a run killed while writing it): named, with the way out
+        except WeightsError as err:  # a damaged last.ckpt (a run killed while writing it), and the way out
             raise WeightsError(f"{err}; pass --resume never to start afresh") from None
         print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)
     commit = git_commit()  # the code that trains: the checkout may move on while the run does

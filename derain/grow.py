@@ -65,10 +65,9 @@ def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.dim is None and args.blocks is None and not args.full_res:
         parser.error("nothing to grow: give --dim, --blocks or --full-res")
-    if (
-        args.noise and args.dim is None
-    ):  # deepening and the full-resolution stage are exact: nothing is duplicated
-        parser.error(f"--noise {args.noise} breaks the symmetry of widened copies: it needs --dim")
+    # deepening and the full-resolution stage are exact and duplicate nothing: noise would be recorded, unused
+    if args.noise and args.dim is None:
+        parser.error(f"--noise {args.noise} only breaks the symmetry of widened copies: it needs --dim")
     options = {"dim": args.dim, "blocks": args.blocks, "full_res_mixers": args.full_res}
     options = {k: v for k, v in options.items() if v}
     if args.full_res:

@@ -16,9 +16,9 @@ A run in progress (a recipe with a ``continuation``) grows a leg at a time: once
 the recipe) has trained from the continuation, ``derain pin NAME LEG`` (:mod:`derain.pin`) appends its stage
 (layered over every earlier stage's configs, from the committed continuation as the last stage's output in float16,
 its output as the run wrote it: path, checkpoint, step and sha256) and replaces the continuation with that output in
-float16, the next leg's start. ``--fit-args LEG`` prints what ``derain fit`` is given for a stage or the next leg
-(its configs, layered, and the weights it starts from) and ``--prepare LEG`` runs the prepare steps it needs, so
-that a leg run by hand (or on a lent GPU, ``tools/gpu_leg.sh``) is the one the recipe would run:
+float16, the next leg's start. ``--fit-args LEG`` prints what ``derain fit`` is given for a stage or the
+next leg (its configs, layered, and the weights it starts from, one a line) and ``--prepare LEG`` builds what
+it needs, so that a leg run by hand (or on a lent GPU, ``tools/gpu_leg.sh``) is the one the recipe would run:
 
     derain recipe derain-base --prepare leg12 && derain fit $(derain recipe derain-base --fit-args leg12)
 """
@@ -287,51 +287,81 @@ def _restore(stage: Stage, shipped: str) -> bool:
 
 
 def leg_configs(recipe: Recipe, name: str) -> tuple[Path, ...]:
-    """The configs ``derain fit`` layers for ``name``, in order: a stage's ``over`` and its config; or, for the next
-    leg of a run in progress (``name.yaml`` beside the recipe, not yet a stage), the last stage's and then its own.
+    """The configs ``derain fit`` layers for ``name``, in order: a stage's ``over`` and its config; or, for
+    the next leg of a run in progress (``name.yaml`` beside the recipe, not yet a stage), the last stage's and
+    then its own.
 
     Raises:
-        RecipeError: ``name`` is neither a stage nor the next leg's config (the message lists the stages).
+        RecipeError: ``name`` is neither a stage nor a next leg's config (one the stack holds already, or the
+            recipe itself, is none); the message lists the stages.
     """
     for stage in recipe.stages:
         if stage.name == name:
             return (*stage.over, stage.config)
-    config = recipe.file.parent / f"{name}.yaml"
-    if recipe.continuation is None or not config.is_file():
-        where = f"nor a config {config} of a next leg" if recipe.continuation else "(a finished recipe)"
-        raise RecipeError(
-            f"{name} is not a stage of {recipe.name} ({', '.join(s.name for s in recipe.stages)}) {where}"
-        )
     last = recipe.stages[-1]
-    return (*last.over, last.config, config)
+    under = (*last.over, last.config)
+    config = recipe.file.parent / f"{name}.yaml"
+    if recipe.continuation is None or not config.is_file() or config in (*under, recipe.file):
+        where = f"nor a next leg's config {config}" if recipe.continuation else "(a finished recipe)"
+        stages = ", ".join(s.name for s in recipe.stages)
+        raise RecipeError(f"{name} is not a stage of {recipe.name} ({stages}) {where}")
+    return (*under, config)
+
+
+def _layered(configs: tuple[Path, ...]) -> dict[str, Any]:
+    """The configs read and layered as ``derain fit`` layers them: a later file's keys replace an earlier
+    one's (mappings key by key, lists whole)."""
+
+    def merge(into: dict, new: dict) -> None:
+        for key, value in new.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+
+    layered: dict[str, Any] = {}
+    for config in configs:
+        merge(layered, yaml.safe_load(config.read_text()) or {})
+    return layered
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
 
 
 def leg_needs(recipe: Recipe, name: str) -> tuple[str, ...]:
-    """The ``prepare`` steps ``name`` (a stage or the next leg, :func:`leg_configs`) needs: those of every stage
-    whose config it layers (a later leg validates on leg 1's set and trains on the layers an earlier leg added), but
-    not what is only another stage's input (leg 1's start is no later leg's)."""
-    configs = leg_configs(recipe, name)
-    needs: list[str] = []
-    for stage in recipe.stages:
-        if stage.config not in configs:
-            continue
-        start = stage.input.path if stage.input is not None and stage.name != name else None
-        needs += [key for key in stage.needs if key not in needs and recipe.prepare[key]["path"] != start]
-    return tuple(needs)
+    """The ``prepare`` steps ``name`` (a stage or the next leg, :func:`leg_configs`) needs: a stage's own
+    ``needs``, then every step whose output (or a path under it) its configs, layered, name. So leg 1's
+    validation set stays needed by every later leg, and a source a later leg's config replaced (leg 7's
+    teacher pairs) or a start it overrode (leg 1's grown weights) is not."""
+    stage = next((s for s in recipe.stages if s.name == name), None)
+    own = stage.needs if stage is not None else ()
+    named = [Path(s) for s in _strings(_layered(leg_configs(recipe, name)))]
+
+    def used(path: str) -> bool:
+        return any(n == Path(path) or Path(path) in n.parents for n in named)
+
+    return (*own, *(key for key, prep in recipe.prepare.items() if key not in own and used(prep["path"])))
 
 
 def leg_fit_args(recipe: Recipe, name: str) -> list[str]:
-    """What ``derain fit`` is given for ``name``: its configs (:func:`leg_configs`) and the weights it starts from
-    (a stage's recorded input; the next leg's, the continuation), whatever the configs say."""
+    """What ``derain fit`` is given for ``name``: its configs (:func:`leg_configs`) and the weights it starts
+    from (a stage's recorded input; the next leg's, the continuation), whatever the configs say."""
     args = [a for config in leg_configs(recipe, name) for a in ("--config", _shown(config))]
     stage = next((s for s in recipe.stages if s.name == name), None)
     if stage is None:  # the next leg: the committed continuation, a path under SOURCE
-        return [*args, "--init_weights", _shown(SOURCE / recipe.continuation.path)]  # type: ignore[union-attr]
+        continuation = SOURCE / recipe.continuation.path  # type: ignore[union-attr]
+        return [*args, "--init_weights", _shown(continuation)]
     return args + (["--init_weights", stage.input.path] if stage.input is not None else [])
 
 
 def prepare_leg(recipe: Recipe, name: str) -> None:
-    """Run the ``prepare`` steps ``name`` needs (:func:`leg_needs`) whose output is missing, by their commands.
+    """Build what ``name`` needs before it trains: the ``prepare`` steps of :func:`leg_needs` whose output is
+    missing, by their commands, and a stage's input when it is an earlier output in float16 (``float16_of``).
 
     Raises:
         RecipeError: a step's script is not here (not run from the repository root) or it failed.
@@ -348,10 +378,12 @@ def prepare_leg(recipe: Recipe, name: str) -> None:
         print(f"{name}: preparing {prep['path']}: python {' '.join(prep['command'])}", flush=True)
         if subprocess.run([sys.executable, *prep["command"]]).returncode != 0:
             raise RecipeError(f"{name}: preparing {key} failed (python {' '.join(prep['command'])})")
+    stage = next((s for s in recipe.stages if s.name == name), None)
+    if stage is not None and stage.input is not None and stage.float16_of is not None:
+        _write_float16_input(recipe, stage)
 
 
 def _train(recipe: Recipe, stage: Stage) -> int:
-    prepare_leg(recipe, stage.name)
     from derain.fit import main as fit_main  # Lightning only when training
 
     args = leg_fit_args(recipe, stage.name)  # the recipe's input, not the path the config ran with
@@ -445,8 +477,7 @@ def _write_float16_input(recipe: Recipe, stage: Stage) -> None:
 def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
     """Check the stage's input (write it first when it is an earlier output in float16), train it, check its
     output; returns fit's status."""
-    if stage.input is not None and stage.float16_of is not None:
-        _write_float16_input(recipe, stage)
+    prepare_leg(recipe, stage.name)  # before the input's check: a prepare step may be what builds it
     if stage.input is not None:
         try:
             check_weights(stage.input.path, stage.input.sha256, f"{stage.name}: input")
@@ -469,8 +500,8 @@ def _run_stage(recipe: Recipe, stage: Stage, accept_rebuilt: bool) -> int:
 
 
 def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
-    """``derain recipe NAME [--plan] [--accept-rebuilt] [--restore] [--fit-args LEG] [--prepare LEG]``; returns 0,
-    fit's status, or 2 (one line)."""
+    """``derain recipe NAME [--plan] [--accept-rebuilt] [--restore] [--fit-args LEG] [--prepare LEG]``;
+    returns 0, fit's status, or 2 (one line)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("recipe", help="a recipe that ships with derain (derain-small) or a recipe.yaml")
     parser.add_argument(
@@ -489,7 +520,7 @@ def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
         "configs, layered, and the weights it starts from; train nothing",
     )
     parser.add_argument(
-        "--prepare", metavar="LEG", help="run the prepare steps a stage or the next leg needs; train nothing"
+        "--prepare", metavar="LEG", help="build what a stage or the next leg needs; train nothing"
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -500,8 +531,8 @@ def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
         if args.fit_args or args.prepare:
             if args.prepare:
                 prepare_leg(recipe, args.prepare)
-            if args.fit_args:
-                print(" ".join(leg_fit_args(recipe, args.fit_args)))
+            if args.fit_args:  # one a line: a shell splits them, a script reads them whole (mapfile -t)
+                print("\n".join(leg_fit_args(recipe, args.fit_args)))
             return 0
         return run_recipe(recipe, accept_rebuilt=args.accept_rebuilt, restore=args.restore)
     except RecipeError as err:

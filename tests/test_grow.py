@@ -203,6 +203,7 @@ def test_derain_grow_errors_are_one_line(tmp_path, capsys) -> None:
         )
     assert (
         exit_info.value.code == 2
-        and "--noise 0.001 breaks the symmetry of widened copies: it needs --dim" in (capsys.readouterr().err)
+        and "--noise 0.001 only breaks the symmetry of widened copies: it needs --dim"
+        in (capsys.readouterr().err)
     )
     assert not (tmp_path / "x.safetensors").exists()

@@ -11,10 +11,11 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import SHARED_DATA, need_shared_data
+from helpers import SHARED_DATA, need_shared_data, tiny_net
 
 from derain.pairing import find_pairs
 from derain.synth.heldout import heldout_pairs
+from derain.weights import save_net
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
@@ -345,14 +346,22 @@ def test_rain_change_compares_weights_on_the_frames_with_clean_ones(tmp_path, ti
             for part, image in (("rain", rainy), ("norain", clean)):
                 (data / sub / part).mkdir(parents=True, exist_ok=True)
                 cv2.imwrite(str(data / sub / part / f"{i}.png"), image)
+    other = save_net(tiny_net(seed=5), tmp_path / "other.safetensors")
     out = tmp_path / "change.json"
-    args = ["--weights", str(tiny_weights), str(tiny_weights), "--names", "A", "B", "--data", str(data)]
+    args = ["--weights", str(tiny_weights), str(other), "--names", "A", "B", "--data", str(data)]
     assert tool("rain_change").main([*args, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "webcam (2 frames)" in printed and "spa (2 frames)" in printed and "RESULT " in printed
     result = json.loads(out.read_text())
     assert result["weights"] == ["A", "B"] and len(result["per_frame"]["spa"][1]) == 2
-    assert result["webcam"][1]["taken"]["paired"]["mean"] == 0.0  # the same weights twice
+    for key in (
+        "taken",
+        "elsewhere",
+        "change",
+    ):  # B's paired difference is B's frames minus A's, frame by frame
+        a, b = ([row[key] for row in rows] for rows in result["per_frame"]["webcam"])
+        assert "paired" not in result["webcam"][0][key] and a != b
+        assert result["webcam"][1][key]["paired"]["mean"] == pytest.approx(np.mean(b) - np.mean(a))
     assert torch.is_grad_enabled()  # restore's inference mode did not leak
     with pytest.raises(SystemExit, match="has no rain/ folder"):
         tool("rain_change").main([*args, "--data", str(tmp_path / "nowhere"), "--sets", "spa"])

@@ -441,16 +441,27 @@ def test_a_leg_by_hand_is_the_one_the_recipe_runs_its_configs_start_and_needs(
     file, sha = tiny_recipe(tmp_path, None)
     manifest = yaml.safe_load(file.read_text())
     out_a = tmp_path / "runs" / "a" / "model.safetensors"
-    made = tmp_path / "made.txt"
-    script = tmp_path / "make.py"  # a prepare step: writes the path it is given, once
-    script.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).write_text('x')\n")
-    start = tmp_path / "start.safetensors"  # stage a's start, built by a prepare step
+    script = tmp_path / "make.py"  # a prepare step: copies its second argument to its first, else writes text
+    script.write_text(
+        "import shutil, sys, pathlib\n"
+        "if len(sys.argv) > 2:\n    shutil.copy(sys.argv[2], sys.argv[1])\n"
+        "else:\n    pathlib.Path(sys.argv[1]).write_text('x')\n"
+    )
+    val, start, layers, dropped = (tmp_path / n for n in ("val", "start.safetensors", "layers", "dropped"))
     manifest["prepare"] = {
-        "val": {"path": str(made), "command": [str(script), str(made)]},
-        "start": {"path": str(start), "command": [str(script), str(start)]},
-        "layers": {"path": str(tmp_path / "layers"), "command": [str(script), str(tmp_path / "layers")]},
+        "val": {"path": str(val), "command": [str(script), str(val)]},
+        "start": {"path": str(start), "command": [str(script), str(start), str(out_a)]},
+        "layers": {"path": str(layers), "command": [str(script), str(layers)]},
+        "dropped": {"path": str(dropped), "command": [str(script), str(dropped)]},
     }
-    manifest["stages"][0].update(input={"path": str(start), "sha256": None}, needs=["start", "val"])
+    # stage a starts from a prepared file and trains on two sources; b replaces its start and drops a source
+    (tmp_path / "a.yaml").write_text(
+        yaml.safe_dump({"init_weights": str(start), "data": {"dirs": [str(val), str(dropped)]}})
+    )
+    (tmp_path / "b.yaml").write_text(
+        yaml.safe_dump({"init_weights": str(out_a), "data": {"dirs": [str(val), str(layers / "sub")]}})
+    )
+    manifest["stages"][0].update(input={"path": str(start), "sha256": sha}, needs=["start", "val", "dropped"])
     manifest["stages"][1].update(over=["a.yaml"], needs=["layers"])
     target = tmp_path / "continuation.safetensors"
     recipe_module.save_float16(out_a, target)
@@ -461,19 +472,18 @@ def test_a_leg_by_hand_is_the_one_the_recipe_runs_its_configs_start_and_needs(
     a, b, c = (tmp_path / f"{n}.yaml" for n in "abc")
     assert recipe_module.leg_configs(recipe, "a") == (a,) and recipe_module.leg_configs(recipe, "b") == (a, b)
     assert recipe_module.leg_configs(recipe, "c") == (a, b, c)  # the next leg: over every earlier leg's
-    # a later leg needs what the legs under it validate and train on, not leg a's start
-    assert recipe_module.leg_needs(recipe, "a") == ("start", "val")
-    assert recipe_module.leg_needs(recipe, "c") == ("val", "layers")
+    assert recipe_module.leg_needs(recipe, "a") == ("start", "val", "dropped")
+    assert recipe_module.leg_needs(recipe, "b") == (
+        "layers",
+        "val",
+    )  # not a's start, nor the source b dropped
+    assert recipe_module.leg_needs(recipe, "c") == ("layers", "val")  # what the configs under it still name
     assert recipe_module.leg_fit_args(recipe, "b") == [
-        "--config",
-        str(a),
-        "--config",
-        str(b),
-        "--init_weights",
-        str(out_a),
+        *("--config", str(a), "--config", str(b)),
+        *("--init_weights", str(out_a)),
     ]
-    assert main([str(file), "--fit-args", "c"]) == 0  # the next leg starts from the continuation
-    printed = capsys.readouterr().out.split()
+    assert main([str(file), "--fit-args", "c"]) == 0  # one a line; the next leg starts from the continuation
+    printed = capsys.readouterr().out.splitlines()
     assert printed == [
         "--config",
         str(a),
@@ -486,13 +496,27 @@ def test_a_leg_by_hand_is_the_one_the_recipe_runs_its_configs_start_and_needs(
     ]
     monkeypatch.setattr(recipe_module, "_train", lambda *x: pytest.fail("--prepare trained"))
     assert main([str(file), "--prepare", "c"]) == 0
-    assert made.is_file() and (tmp_path / "layers").is_file() and not start.exists()
+    assert val.is_file() and layers.is_file() and not start.exists() and not dropped.exists()
     assert "c: preparing" in capsys.readouterr().out
     assert (
         main([str(file), "--prepare", "c"]) == 0 and "preparing" not in capsys.readouterr().out
     )  # built once
-    assert main([str(file), "--fit-args", "d"]) == 2
-    assert "d is not a stage of tiny (a, b) nor a config" in capsys.readouterr().err
+    # a stage whose input a prepare step builds: built before its input is checked, then trained
+    manifest["prepare"]["start"]["command"][2] = str(out_a.rename(out_a.with_name("kept.safetensors")))
+    file.write_text(yaml.safe_dump(manifest))
+    trained = []
+    monkeypatch.setattr(recipe_module, "_train", lambda recipe, stage: trained.append(stage.name) or 4)
+    assert run_recipe(load_recipe(str(file))) == 4 and trained == ["a"] and tensors_sha256(start) == sha
+    for name, message in (
+        ("d", "d is not a stage of tiny \\(a, b\\) nor a next leg's config"),
+        ("recipe", "recipe is not a stage"),  # the recipe itself is no leg's config
+    ):
+        assert main([str(file), "--fit-args", name]) == 2
+        assert re.search(message, capsys.readouterr().err)
+    (tmp_path / "a2.yaml").write_text("{}\n")
+    del manifest["continuation"]
+    file.write_text(yaml.safe_dump(manifest))
+    assert main([str(file), "--fit-args", "a2"]) == 2 and "(a finished recipe)" in capsys.readouterr().err
 
 
 def test_each_derain_base_leg_layers_over_every_earlier_legs_configs() -> None:
@@ -503,3 +527,7 @@ def test_each_derain_base_leg_layers_over_every_earlier_legs_configs() -> None:
         )
     assert "heavy-val" in recipe_module.leg_needs(base, base.stages[-1].name)  # leg 1's validation set, still
     assert "grown" not in recipe_module.leg_needs(base, base.stages[-1].name)  # leg 1's start, no later leg's
+    assert "teacher-real" not in recipe_module.leg_needs(base, "leg8")  # leg 8 dropped leg 7's teacher pairs
+    assert "teacher-layers" in recipe_module.leg_needs(
+        base, "leg9"
+    )  # and transplants the teacher's layers on

@@ -31,8 +31,10 @@ stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
 stamp "unpack"
 [ -d /tmp/packed ] && $PY tools/pack_data.py unpack /tmp/packed "$DERAIN_DATA"
 # the leg as the recipe would run it: its configs layered over every earlier leg's, the weights it starts from,
-# and what it needs prepared (the heavy validation set; stage 9 grown for leg 1; the teacher's layers later)
-LEG_CONFIGS=($($PY -m derain recipe derain-base --fit-args "$LEG")) || exit 1
+# and what it needs built (the heavy validation set; stage 9 grown for leg 1; the teacher's layers later; a
+# recorded leg's input, the leg before it in float16)
+fit_args=$($PY -m derain recipe derain-base --fit-args "$LEG") || exit 1
+mapfile -t LEG_CONFIGS <<<"$fit_args"  # one argument a line
 stamp "prepare $LEG"
 $PY -m derain recipe derain-base --prepare "$LEG" || exit 1
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader 2>/dev/null

@@ -11,10 +11,10 @@ and becomes the run's continuation.
 ``real.json``'s weights are stage 9, the previous leg and the leg, in that order; ``paired.json``'s stage 9 first
 and the leg last. Prints real rain removed by subset (the 103 held-out photos, all 164, real-rainy's held-out and
 distilled photos, SPA, the webcam) and kept, each with paired 95 % intervals against the previous leg and stage 9;
-then the ship rule (docs/history.md, "derain-base, leg 1"; item 3 read on the held-out photos since leg 7) and the
-pin rule (since leg 8), each item PASS or FAIL. The gallery (item 5) is for a person to look at: never PASS here.
-Exit status 0 whatever the verdict; 2 when a file is missing, is not the tools' JSON, or does not fit the held-out
-list (``real_rain.py`` must have been given the same ``--held-out``).
+then the ship rule (docs/history.md, "derain-base, leg 1"; item 3 read on the held-out photos since leg 7) and
+the pin rule (since leg 8), each item PASS or FAIL. The gallery (item 5) is for a person to look at: never
+PASS here. Exit status 0 whatever the verdict; 2 when a file is missing, is not the tools' JSON, or does not
+fit the held-out list (``real_rain.py`` must have been given the same ``--held-out``).
 """
 
 from __future__ import annotations

@@ -1,24 +1,26 @@
 """Where weights change real rainy frames that have a clean frame: on the rain, or elsewhere.
 
-    DERAIN_DATA=../shared/data python tools/rain_change.py --weights derain-small B.safetensors --names stage9 B
+    DERAIN_DATA=../shared/data python tools/rain_change.py --weights derain-small B.safetensors \
+        --names stage9 B
 
-``real_rain.py`` reads removal as change (mean |derained − rainy|, in 8-bit levels), which cannot tell rain taken
-from anything else changed. Where a clean frame exists (the webcam's 35 frames, SPA's 2 pairs) the rain can be
-located: rain adds thin bright features, so the rain is what the rainy frame has above the clean one after both
-are high-passed (minus a Gaussian blur, sigma 3: the webcam's clean frame was taken at another moment, and its light
-differs smoothly). On each frame, grey (the mean of the channels), with ``r`` that high-passed excess and ``d`` the
-high-passed darkening ``rainy − derained`` (high-passed alike, so that a shift of the whole frame's light is not
-read as rain taken):
+``real_rain.py`` reads removal as change (mean |derained − rainy|, in 8-bit levels), which cannot tell rain
+taken from anything else changed. Where a clean frame exists (the webcam's 35 frames, SPA's 2 pairs) the rain
+can be located: rain adds thin bright features, so the rain is what the rainy frame has above the clean one
+once both are high-passed (minus a Gaussian blur, sigma 3: the webcam's clean frame was taken at another
+moment, and its light differs smoothly). On each frame, in grey (the mean of the channels), with ``r`` that
+high-passed excess and ``d`` the darkening ``rainy − derained`` high-passed alike (so that a shift of the
+whole frame's light is not read as rain taken):
 
-- ``taken``: the share of the rain's excess the weights take away, ``sum(clip(min(d, r), 0)) / sum(r)`` over the
-  rain pixels (``r > 8`` levels); 1 removes exactly the rain, 0 none of it;
+- ``taken``: the share of the rain's excess the weights take away, ``sum(clip(min(d, r), 0)) / sum(r)`` over
+  the rain pixels (``r > 8`` levels); 1 removes exactly the rain, 0 none of it;
 - ``on rain``: the mean darkening ``d`` on the rain pixels;
-- ``elsewhere``: the mean |derained − rainy| where the frame has no rain (``|r| < 1.5``): change that is not rain
-  taken;
-- ``change``: ``real_rain.py``'s reading, the mean |derained − rainy| (not high-passed).
+- ``elsewhere``: the mean |derained − rainy| (grey, not high-passed) where the frame has no rain
+  (``|r| < 1.5``): change that is not rain taken;
+- ``change``: ``real_rain.py``'s reading, the mean |derained − rainy| over every pixel and channel.
 
-Each reading per set with paired 95 % intervals against the first weights; ``RESULT {...}``; ``--json FILE`` writes
-per-frame values (atomically).
+Each reading per set, with paired 95 % intervals against the first weights (two frames give no interval worth
+the name: SPA's are read frame by frame); ``RESULT {...}``; ``--json FILE`` writes per-frame values
+(atomically).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from research import add_data_argument, load_weights, paired_difference
+from gallery import change_levels
+from research import add_data_argument, load_weights, mean_row
 
 from derain.inference import restore
 from derain.io import atomic_output, read_rgb
@@ -65,7 +68,7 @@ def readings(rainy: np.ndarray, clean: np.ndarray, derained: np.ndarray) -> dict
         "taken": float(np.clip(np.minimum(d, r), 0, None)[rain].sum() / excess) if excess > 0 else 0.0,
         "on rain": float(d[rain].mean()) if rain.any() else 0.0,
         "elsewhere": float(np.abs(darkened[none]).mean()) if none.any() else 0.0,
-        "change": float(np.abs(rainy.astype(np.float32) - derained.astype(np.float32)).mean()),
+        "change": change_levels(rainy, derained),
     }
 
 
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--weights", nargs="+", required=True, help="weights files or names; the first is the base"
     )
-    parser.add_argument("--names", nargs="+", help="a label a weights file (default: as given)")
+    parser.add_argument("--names", nargs="+", help="a label for each weights file (default: as given)")
     add_data_argument(parser)
     parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
     parser.add_argument("--json", type=Path)
@@ -102,12 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {s} ({len(columns[0])} frames)")
         result[s] = []
         for i, (name, rows) in enumerate(zip(names, columns, strict=True)):
-            entry = {}
-            for key in READINGS:
-                values = [row[key] for row in rows]
-                entry[key] = {"mean": float(np.mean(values))}
-                if i:
-                    entry[key]["paired"] = paired_difference(values, [row[key] for row in columns[0]])
+            entry = {
+                key: mean_row([row[key] for row in rows], [row[key] for row in columns[0]] if i else None)
+                for key in READINGS
+            }
             result[s].append(entry)
             cells = []
             for key in READINGS:

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from gallery import change_levels, gallery
-from research import add_data_argument, load_weights, paired_difference
+from research import add_data_argument, load_weights, mean_row
 
-from derain.evaluate import score_pair, spread
+from derain.evaluate import score_pair
 from derain.inference import RestoreOptions, restore
 from derain.io import IMAGE_SUFFIXES, ImageReadError, atomic_output, list_images, read_rgb, write_image_atomic
 
@@ -66,18 +66,6 @@ def centre_crop(image: np.ndarray, side: int = CROP) -> np.ndarray:
     h, w = image.shape[:2]
     top, left = max(0, (h - side) // 2), max(0, (w - side) // 2)
     return np.ascontiguousarray(image[top : top + side, left : left + side])
-
-
-def mean_row(values: list[float], first: list[float] | None) -> dict:
-    """Mean and spread of ``values``; with ``first``, the paired difference against it too."""
-    rows = [{"v": v} for v in values]
-    out = {
-        "mean": float(np.mean(values)),
-        **{k: v for k, v in spread(rows, "v").items() if k in ("std", "ci95")},
-    }
-    if first is not None:
-        out["paired"] = paired_difference(values, first)
-    return out
 
 
 def measure(

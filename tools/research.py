@@ -123,6 +123,18 @@ def paired_difference(values: Sequence[float], base: Sequence[float]) -> dict:
     }
 
 
+def mean_row(values: list[float], first: list[float] | None) -> dict:
+    """Mean and spread of ``values``; with ``first``, the paired difference against it too."""
+    rows = [{"v": v} for v in values]
+    out = {
+        "mean": float(np.mean(values)),
+        **{k: v for k, v in spread(rows, "v").items() if k in ("std", "ci95")},
+    }
+    if first is not None:
+        out["paired"] = paired_difference(values, first)
+    return out
+
+
 def report(rows: list[tuple[str, str]], result: dict) -> None:
     """Print the measurements (name, value), then one ``RESULT {...}`` JSON line for scripts to read."""
     width = max(len(r[0]) for r in rows)
