@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from derain.io import atomic_output
-from derain.recipe import SOURCE, Recipe, RecipeError, Stage, check_weights, leg_configs, load_recipe
+from derain.recipe_spec import SOURCE, Recipe, RecipeError, Stage, check_weights, leg_configs, load_recipe
 from derain.weights import WeightsError, float16_tensors, read_safetensors, save_float16, tensors_sha256
 from derain.weights.provenance import read_provenance
 
