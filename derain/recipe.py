@@ -38,7 +38,6 @@ from derain.recipe_spec import (
     RecipeError,
     Stage,
     check_weights,
-    leg_configs,
     leg_fit_args,
     leg_needs,
     load_recipe,
@@ -46,22 +45,7 @@ from derain.recipe_spec import (
 )
 from derain.weights import WeightsError, float16_tensors, read_safetensors, save_float16, tensors_sha256
 
-__all__ = [  # what a recipe says is derain.recipe_spec's, named here too: derain.recipe is the API
-    "SOURCE",
-    "Pinned",
-    "Recipe",
-    "RecipeError",
-    "Stage",
-    "check_weights",
-    "leg_configs",
-    "leg_fit_args",
-    "leg_needs",
-    "load_recipe",
-    "main",
-    "plan",
-    "prepare_leg",
-    "run_recipe",
-]
+__all__ = ["main", "plan", "prepare_leg", "run_recipe"]  # what a recipe says: derain.recipe_spec
 
 PROG = "python -m derain.recipe"
 

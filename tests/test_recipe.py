@@ -17,9 +17,11 @@ import yaml
 from helpers import tiny_net
 
 from derain import recipe as recipe_module
+from derain import recipe_spec
 from derain.fit import main as fit_main
 from derain.pin import main as pin
-from derain.recipe import RecipeError, load_recipe, main, run_recipe
+from derain.recipe import main, run_recipe
+from derain.recipe_spec import RecipeError, load_recipe
 from derain.weights import float16_tensors, packaged_weights, read_safetensors, save_net, tensors_sha256
 
 REPO = Path(__file__).resolve().parents[1]
@@ -367,7 +369,7 @@ def test_a_trained_leg_is_pinned_as_the_last_stage_and_its_float16_becomes_the_c
     recipe = load_recipe(str(file))
     c = recipe.stages[-1]
     assert (c.name, c.step, c.checkpoint, c.needs, c.float16_of) == ("c", 12, "last.ckpt", ("extra",), "a")
-    assert c.over == (tmp_path / "a.yaml",) and c.output == recipe_module.Pinned(
+    assert c.over == (tmp_path / "a.yaml",) and c.output == recipe_spec.Pinned(
         str(out_c), tensors_sha256(out_c)
     )
     assert c.input.sha256 == tensors_sha256(
@@ -398,7 +400,7 @@ def test_a_pin_edits_only_the_continuation_hash_and_the_end_of_the_stage_list(tm
     # exported before provenance recorded started_from: its init_weights path, relative to the repository's root
     # where the recipe runs, names the continuation
     legacy = {
-        "provenance": json.dumps({"config": {"init_weights": os.path.relpath(target, recipe_module.SOURCE)}})
+        "provenance": json.dumps({"config": {"init_weights": os.path.relpath(target, recipe_spec.SOURCE)}})
     }
     out_b = save_net(tiny_net(seed=2), tmp_path / "runs" / "b" / "model.safetensors", extra=legacy)
     head = (
@@ -470,15 +472,15 @@ def test_a_leg_by_hand_is_the_one_the_recipe_runs_its_configs_start_and_needs(
     (tmp_path / "c.yaml").write_text("model:\n  lr: 0.0001\n")
     recipe = load_recipe(str(file))
     a, b, c = (tmp_path / f"{n}.yaml" for n in "abc")
-    assert recipe_module.leg_configs(recipe, "a") == (a,) and recipe_module.leg_configs(recipe, "b") == (a, b)
-    assert recipe_module.leg_configs(recipe, "c") == (a, b, c)  # the next leg: over every earlier leg's
-    assert recipe_module.leg_needs(recipe, "a") == ("start", "val", "dropped")
-    assert recipe_module.leg_needs(recipe, "b") == (
+    assert recipe_spec.leg_configs(recipe, "a") == (a,) and recipe_spec.leg_configs(recipe, "b") == (a, b)
+    assert recipe_spec.leg_configs(recipe, "c") == (a, b, c)  # the next leg: over every earlier leg's
+    assert recipe_spec.leg_needs(recipe, "a") == ("start", "val", "dropped")
+    assert recipe_spec.leg_needs(recipe, "b") == (
         "layers",
         "val",
     )  # not a's start, nor the source b dropped
-    assert recipe_module.leg_needs(recipe, "c") == ("layers", "val")  # what the configs under it still name
-    assert recipe_module.leg_fit_args(recipe, "b") == [
+    assert recipe_spec.leg_needs(recipe, "c") == ("layers", "val")  # what the configs under it still name
+    assert recipe_spec.leg_fit_args(recipe, "b") == [
         *("--config", str(a), "--config", str(b)),
         *("--init_weights", str(out_a)),
     ]
@@ -522,12 +524,8 @@ def test_a_leg_by_hand_is_the_one_the_recipe_runs_its_configs_start_and_needs(
 def test_each_derain_base_leg_layers_over_every_earlier_legs_configs() -> None:
     base = load_recipe("derain-base")
     for earlier, later in zip(base.stages, base.stages[1:], strict=False):
-        assert recipe_module.leg_configs(base, later.name)[:-1] == recipe_module.leg_configs(
-            base, earlier.name
-        )
-    assert "heavy-val" in recipe_module.leg_needs(base, base.stages[-1].name)  # leg 1's validation set, still
-    assert "grown" not in recipe_module.leg_needs(base, base.stages[-1].name)  # leg 1's start, no later leg's
-    assert "teacher-real" not in recipe_module.leg_needs(base, "leg8")  # leg 8 dropped leg 7's teacher pairs
-    assert "teacher-layers" in recipe_module.leg_needs(
-        base, "leg9"
-    )  # and transplants the teacher's layers on
+        assert recipe_spec.leg_configs(base, later.name)[:-1] == recipe_spec.leg_configs(base, earlier.name)
+    assert "heavy-val" in recipe_spec.leg_needs(base, base.stages[-1].name)  # leg 1's validation set, still
+    assert "grown" not in recipe_spec.leg_needs(base, base.stages[-1].name)  # leg 1's start, no later leg's
+    assert "teacher-real" not in recipe_spec.leg_needs(base, "leg8")  # leg 8 dropped leg 7's teacher pairs
+    assert "teacher-layers" in recipe_spec.leg_needs(base, "leg9")  # and transplants the teacher's layers on

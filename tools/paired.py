@@ -30,7 +30,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from research import add_data_argument, held_out, load_weights, paired_difference
+from research import (
+    add_data_argument,
+    add_weights_arguments,
+    held_out,
+    load_weights,
+    paired_difference,
+    weights_names,
+)
 
 from derain.evaluate import evaluate, spread
 from derain.io import atomic_output
@@ -109,16 +116,13 @@ def by_layer_family(per_weights: list[list[dict]], manifest: Path) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--weights", nargs="+", required=True, help="weights files; the first is the base")
-    parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
+    add_weights_arguments(parser)
     add_data_argument(parser)
     parser.add_argument("--heavy-val", type=Path, default=Path("runs/heavy-val"))
     parser.add_argument("--sets", nargs="+", choices=SETS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    names = args.names or [Path(w).name for w in args.weights]
-    if len(names) != len(args.weights):
-        parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
+    names = weights_names(parser, args)
     parts = set_parts(args.data, args.heavy_val)
     sets = args.sets or list(parts)
     per_image: dict[str, list[list[dict]]] = {s: [] for s in sets}

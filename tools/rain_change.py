@@ -33,7 +33,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from gallery import change_levels
-from research import add_data_argument, load_weights, mean_row
+from research import add_data_argument, add_weights_arguments, load_weights, mean_row, weights_names
 
 from derain.inference import restore
 from derain.io import atomic_output, read_rgb
@@ -74,17 +74,12 @@ def readings(rainy: np.ndarray, clean: np.ndarray, derained: np.ndarray) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--weights", nargs="+", required=True, help="weights files or names; the first is the base"
-    )
-    parser.add_argument("--names", nargs="+", help="a label for each weights file (default: as given)")
+    add_weights_arguments(parser)
     add_data_argument(parser)
     parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    names = args.names or list(args.weights)
-    if len(names) != len(args.weights):
-        parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
+    names = weights_names(parser, args)
     models = load_weights(args.weights)
     per_frame: dict[str, list[list[dict]]] = {}
     for s in args.sets:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from gallery import change_levels, gallery
-from research import add_data_argument, load_weights, mean_row
+from research import add_data_argument, add_weights_arguments, load_weights, mean_row, weights_names
 
 from derain.evaluate import score_pair
 from derain.inference import RestoreOptions, restore
@@ -178,10 +178,7 @@ def print_table(result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--weights", nargs="+", required=True, help="weights files or names (the first is the base)"
-    )
-    parser.add_argument("--names", nargs="+", help="a label a weights file (default: the file names)")
+    add_weights_arguments(parser)
     add_data_argument(parser)
     parser.add_argument("--gallery", type=Path, help="write the gallery PNG here")
     parser.add_argument("--gallery-rows", type=int, default=14, help="real photos in the gallery")
@@ -210,9 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         strengths = [RestoreOptions(strength=s) for s in args.strength]
     except ValueError as err:
         parser.error(str(err))
-    names = args.names or [Path(w).name for w in args.weights]
-    if len(names) != len(args.weights):
-        parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
+    names = weights_names(parser, args)
     held_out = None
     if args.held_out:
         try:

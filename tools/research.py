@@ -62,6 +62,23 @@ def under_data(parser: argparse.ArgumentParser, data: Path | None, given: Path |
     return data / relative
 
 
+def add_weights_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--weights`` (files, or names of shipped weights; the first is the base the others are paired against)
+    and ``--names`` (a label each); :func:`weights_names` reads them."""
+    parser.add_argument(
+        "--weights", nargs="+", required=True, help="weights files or shipped names (the first is the base)"
+    )
+    parser.add_argument("--names", nargs="+", help="a label for each weights file (default: the file names)")
+
+
+def weights_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The labels of ``--weights``: ``--names``, else the file names; a count that differs is a usage error."""
+    names = args.names or [Path(w).name for w in args.weights]
+    if len(names) != len(args.weights):
+        parser.error(f"--names gives {len(names)} labels for {len(args.weights)} weights files")
+    return names
+
+
 def load_weights(paths: Sequence[str]) -> list[torch.nn.Module]:
     """Each weights file as a network on the CPU; one that does not load exits with a line naming it."""
     models = []
