@@ -61,7 +61,7 @@ def _leg_output(recipe: Recipe, name: str, needs: tuple[str, ...], note: str) ->
         raise RecipeError(
             f"a leg is named by letters, digits, '_', '.', '-' (got {name!r}); a note is one line"
         )
-    if any(stage.name == name for stage in recipe.stages):
+    if recipe.stage(name) is not None:
         raise RecipeError(f"{recipe.file}: stage {name!r} is already pinned")
     unknown = set(needs) - set(recipe.prepare)
     if unknown:

@@ -132,7 +132,7 @@ def prepare_leg(recipe: Recipe, name: str) -> None:
         print(f"{name}: preparing {prep['path']}: python {' '.join(prep['command'])}", flush=True)
         if subprocess.run([sys.executable, *prep["command"]]).returncode != 0:
             raise RecipeError(f"{name}: preparing {key} failed (python {' '.join(prep['command'])})")
-    stage = next((s for s in recipe.stages if s.name == name), None)
+    stage = recipe.stage(name)
     if stage is not None and stage.input is not None and stage.float16_of is not None:
         _write_float16_input(recipe, stage)
 
@@ -214,7 +214,7 @@ def _float16_sha256(path: str | Path) -> str:
 def _write_float16_input(recipe: Recipe, stage: Stage) -> None:
     """Write a stage's input from the earlier output it is the float16 of, unless it is that already (an output
     trained again gives another input); without that output, the input stays as it is, to be checked."""
-    source = Path(next(s for s in recipe.stages if s.name == stage.float16_of).output.path)
+    source = Path(recipe.stage(stage.float16_of).output.path)  # type: ignore[arg-type, union-attr]
     target = Path(stage.input.path)  # type: ignore[union-attr]
     if not source.is_file():
         return

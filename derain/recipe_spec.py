@@ -86,6 +86,10 @@ class Recipe:
     continuation: Pinned | None = None
     """A run in progress: its one committed file, the last stage's output in float16, where the next leg starts."""
 
+    def stage(self, name: str) -> Stage | None:
+        """The stage called ``name`` (None: no such stage, e.g. the next leg of a run in progress)."""
+        return next((s for s in self.stages if s.name == name), None)
+
     @property
     def stored(self) -> Pinned | None:
         """The committed file that holds the last stage's output in float16 (the shipped file or a run's
@@ -207,9 +211,9 @@ def leg_configs(recipe: Recipe, name: str) -> tuple[Path, ...]:
         RecipeError: ``name`` is neither a stage nor a next leg's config (one the stack holds already, or the
             recipe itself, is none); the message lists the stages.
     """
-    for stage in recipe.stages:
-        if stage.name == name:
-            return (*stage.over, stage.config)
+    stage = recipe.stage(name)
+    if stage is not None:
+        return (*stage.over, stage.config)
     last = recipe.stages[-1]
     under = (*last.over, last.config)
     config = recipe.file.parent / f"{name}.yaml"
@@ -250,7 +254,7 @@ def leg_needs(recipe: Recipe, name: str) -> tuple[str, ...]:
     ``needs``, then every step whose output (or a path under it) its configs, layered, name. So leg 1's
     validation set stays needed by every later leg, and a source a later leg's config replaced (leg 7's
     teacher pairs) or a start it overrode (leg 1's grown weights) is not."""
-    stage = next((s for s in recipe.stages if s.name == name), None)
+    stage = recipe.stage(name)
     own = stage.needs if stage is not None else ()
     named = [Path(s) for s in _strings(_layered(leg_configs(recipe, name)))]
 
@@ -264,7 +268,7 @@ def leg_fit_args(recipe: Recipe, name: str) -> list[str]:
     """What ``derain fit`` is given for ``name``: its configs (:func:`leg_configs`) and the weights it starts
     from (a stage's recorded input; the next leg's, the continuation), whatever the configs say."""
     args = [a for config in leg_configs(recipe, name) for a in ("--config", shown_path(config))]
-    stage = next((s for s in recipe.stages if s.name == name), None)
+    stage = recipe.stage(name)
     if stage is None:  # the next leg: the committed continuation, a path under SOURCE
         continuation = SOURCE / recipe.continuation.path  # type: ignore[union-attr]
         return [*args, "--init_weights", shown_path(continuation)]
