@@ -4,9 +4,11 @@ table and its errors; one ``--quick`` smoke run (slow, on the shared data)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from helpers import SHARED_DATA, need_shared_data
 from test_real_rain import tool
@@ -35,6 +37,23 @@ def test_unknown_arms_and_uneven_budgets_are_usage_errors(tmp_path: Path, capsys
             architectures.main([str(tmp_path), "--data", str(tmp_path), *argv])
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_seconds_a_step_counts_training_time_not_file_times(tmp_path: Path) -> None:
+    """A resumed arm's quarter checkpoints are written hours apart; the Timer's count leaves the gap out."""
+    (tmp_path / "checkpoints").mkdir()
+    for step, seconds, mtime in ((2, 10.0, 5_000_000), (8, 40.0, 1_000), (5, 99.0, 9_000_000)):
+        path = tmp_path / "checkpoints" / f"best-{step}.ckpt"
+        torch.save({"state_dict": {}, "callbacks": {"Timer": {"time_elapsed": {"train": seconds}}}}, path)
+        os.utime(path, (mtime, mtime))
+    assert architectures.seconds_a_step(tmp_path) == pytest.approx(5.0)  # (40 - 10) / (8 - 2)
+    torch.save({"state_dict": {}}, tmp_path / "checkpoints" / "best-8.ckpt")  # a run without a Timer
+    assert architectures.seconds_a_step(tmp_path) is None
+    for name in (architectures.LIGHT, architectures.RAIN200L, architectures.PHOTOS):
+        (tmp_path / "data" / name).mkdir(parents=True)
+    args = architectures.parse_args([str(tmp_path / "out"), "--data", str(tmp_path / "data")])
+    config = architectures.arm_config("base", tmp_path / "data", tmp_path / "out" / "base", args)
+    assert architectures.TIMER in config["trainer"]["callbacks"]
 
 
 def test_every_arm_builds_and_differs_from_base() -> None:
@@ -125,6 +144,7 @@ def test_quick_trains_two_arms_and_writes_the_table(tmp_path: Path, capsys) -> N
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert list(summary["arms"]) == ["base", "loss-edge"] and summary["steps"] == 3
     assert summary["arms"]["base"]["saved_steps"] == [1, 2, 3]
+    assert summary["arms"]["base"]["s_per_step"] > 0  # the runs' Timer counted
     assert "d_raintrainl40" in summary["arms"]["loss-edge"]
     assert (tmp_path / "table.md").read_text() in capsys.readouterr().out
     assert (tmp_path / "base" / "model.safetensors").is_file()

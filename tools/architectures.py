@@ -19,9 +19,9 @@ Scores, full images, per pair (MATLAB-Y PSNR of 8-bit outputs, ``derain.evaluate
 first arm with a 95 % bootstrap interval: RainTrainL's held-out 40 and Rain200L's 3 pairs (``rain200l-samples``);
 with ``--rain heavy`` the 21 real heavy pairs (Rain100H's 18, Rain200H's 3: none seen in training). Costs: parameters; inference yardsticks (one forward of a 321×481 photo on the CPU, 2 threads,
 divided by the yardstick: 10 convs 48→48 3×3 on a 321×481 map, timed beside it); step yardsticks (a training
-forward + backward of 8×3×128² on the CPU, 2 threads); seconds a step of the arm's own run (from its quarter
-checkpoints' times: steps between the first and the last quarter, with their validations; with ``--jobs`` the
-arms share the machine). **Equal CPU time**: each arm's score on the first set (RainTrainL's 40, or the 21 heavy
+forward + backward of 8×3×128² on the CPU, 2 threads); seconds a step of the arm's own run (from the training seconds its
+quarter checkpoints' Lightning ``Timer`` counted: steps between the first and the last quarter, with their
+validations, a resumed run's time away left out; with ``--jobs`` the arms share the machine). **Equal CPU time**: each arm's score on the first set (RainTrainL's 40, or the 21 heavy
 pairs) at the last quarter checkpoint whose
 CPU cost (steps × step yardsticks) does not exceed the first arm's full budget (the step used is shown).
 
@@ -65,7 +65,7 @@ from derain.models import DerainNet
 from derain.pairing import find_pairs
 from derain.train.lit import LOSSES
 from derain.train.precision import auto_precision
-from derain.weights import export_checkpoint
+from derain.weights import export_checkpoint, load_checkpoint
 
 LIGHT, RAIN200L = "raintrainl", "rain200l-samples"
 SIZE = (321, 481)  # a Rain100H/BSDS photo (H×W)
@@ -112,6 +112,11 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+# Lightning's Timer, counting only (no duration); its interval given as text, since the saved config cannot
+# represent the default's enum
+TIMER = {"class_path": "lightning.pytorch.callbacks.Timer", "init_args": {"interval": "step"}}
+
+
 def quarter(steps: int) -> int:
     """Steps between the saved checkpoints: a quarter of the budget (1 under 4 steps)."""
     return max(1, steps // 4)
@@ -150,6 +155,7 @@ def arm_config(arm: str, data: Path, run: Path, args: argparse.Namespace) -> dic
             "enable_progress_bar": False,
             "enable_model_summary": False,
             "num_sanity_val_steps": 0,
+            "callbacks": [TIMER],  # its training seconds, resumed too
         },
         "model": {
             "net": {"class_path": "derain.models.DerainNet", "init_args": jsonable(net_args(arm))},
@@ -186,13 +192,21 @@ def checkpoints(run: Path) -> dict[int, Path]:
     return found
 
 
+def training_seconds(ckpt: Path) -> float | None:
+    """The training seconds a checkpoint's Lightning ``Timer`` had counted (an interrupted run's resumed count
+    leaves out the time it was not running); None when the run had no ``Timer``."""
+    timer = load_checkpoint(ckpt).get("callbacks", {}).get("Timer")
+    return None if timer is None else float(timer["time_elapsed"]["train"])
+
+
 def seconds_a_step(run: Path) -> float | None:
-    """Seconds a step between the first and the last quarter checkpoint (their files' times)."""
+    """Seconds a step between the first and the last quarter checkpoint, by their ``Timer`` counts."""
     saved = checkpoints(run)
     if len(saved) < 2:
         return None
     first, last = min(saved), max(saved)
-    return (saved[last].stat().st_mtime - saved[first].stat().st_mtime) / (last - first)
+    start, end = training_seconds(saved[first]), training_seconds(saved[last])
+    return None if start is None or end is None else (end - start) / (last - first)
 
 
 def device() -> str:
