@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import SHARED_DATA, need_shared_data, tiny_net
 
+from derain.evaluate import score_pair
 from derain.pairing import find_pairs
 from derain.synth.heldout import heldout_pairs
 from derain.weights import save_net
@@ -238,8 +239,6 @@ def test_teacher_pairs_write_a_pair_folder_and_the_held_out_list(tmp_path, tiny_
     argv = [str(out), "--data", str(tmp_path / "data"), "--teacher", str(tiny_weights), "--tile", "64"]
     assert tool("teacher_pairs").main(argv) == 0
     assert "4 tiles of 1 photos" in capsys.readouterr().out  # one of s's two; 80x100 in 64² tiles: 2x2
-    from derain.pairing import find_pairs
-
     pairs = find_pairs(out)
     assert len(pairs) == 4
     for rainy, target in pairs:
@@ -301,11 +300,31 @@ def test_paired_scores_the_real_pairs_against_their_clean_frames(tmp_path, tiny_
     assert paired.main([*args, "--sets", "spa"]) == 0
     result = json.loads(out.read_text())
     assert len(result["per_image"]["spa"][0]) == 2 and result["spa"][1]["paired"]["mean"] == 0.0  # same twice
+    assert result["spa"][1]["paired_debiased"]["mean"] == 0.0 and {"bias_y", "psnr_y_debiased"} <= set(
+        result["per_image"]["spa"][0][0]
+    )
     assert (
         "spa (2 pairs)" in capsys.readouterr().out and torch.is_grad_enabled()
     )  # the caller's autograd kept
     [(webcam, names)] = parts["webcam"]
     assert names is None and len(find_pairs(webcam)) == 35  # every frame, each with its scene's clean frame
+
+
+def test_paired_reads_psnr_apart_from_a_brightness_shift() -> None:
+    debiased_psnr = tool("paired").debiased_psnr
+    rng = np.random.default_rng(0)
+    clean = rng.uniform(40, 200, (48, 64, 3)).round().astype(np.uint8)
+    noisy = np.clip(clean + rng.normal(0, 3, clean.shape), 0, 255).round().astype(np.uint8)
+    preds = {"shift": clean - np.uint8(6), "noise": noisy, "noise, shifted": noisy - np.uint8(6)}
+    scores = {k: score_pair(pred, clean) for k, pred in preds.items()}
+    debiased = {k: debiased_psnr(r["psnr_y"], r["bias_y"]) for k, r in scores.items()}
+    assert scores["shift"]["bias_y"] < -4 and debiased["shift"] > scores["shift"]["psnr_y"] + 20
+    assert abs(scores["noise"]["bias_y"]) < 0.2 and debiased["noise"] == pytest.approx(
+        scores["noise"]["psnr_y"], abs=0.01
+    )
+    shifted = scores["noise, shifted"]  # darker by 6 RGB levels: most of its error is the shift, taken out
+    assert shifted["psnr_y"] < scores["noise"]["psnr_y"] - 3
+    assert debiased["noise, shifted"] == pytest.approx(debiased["noise"], abs=0.3)
 
 
 def streaked_frame(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

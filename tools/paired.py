@@ -79,17 +79,39 @@ def score(model: torch.nn.Module, parts: list[tuple[Path, list[str] | None]]) ->
         for message in problems:
             print(f"skipped: {message}", file=sys.stderr)
         rows += [
-            {"name": f"{folder.name}/{r['name']}", "psnr_y": r["psnr_y"], "ssim_y": r["ssim_y"]}
+            {
+                "name": f"{folder.name}/{r['name']}",
+                "psnr_y": r["psnr_y"],
+                "ssim_y": r["ssim_y"],
+                "bias_y": r["bias_y"],
+                "psnr_y_debiased": debiased_psnr(r["psnr_y"], r["bias_y"]),
+            }
             for r in found
         ]
     return rows
 
 
+def debiased_psnr(psnr_y: float, bias_y: float) -> float:
+    """PSNR-Y with the image's mean brightness error taken out: the squared error less ``bias_y``² (a mean
+    error is part of the squared error). What the weights' restoration reads apart from a brightness shift.
+
+    Example:
+        >>> round(debiased_psnr(20.0, 0.0), 6), debiased_psnr(20.0, 5.0) > 20.0
+        (20.0, True)
+    """
+    mse = 255.0**2 * 10 ** (-psnr_y / 10) - bias_y**2
+    return float(10 * np.log10(255.0**2 / max(mse, 1e-10)))
+
+
 def summary(rows: list[dict], base: list[dict] | None) -> dict:
+    """A set's means (PSNR-Y, SSIM-Y, ``bias_y`` in 8-bit levels, PSNR-Y at zero bias), PSNR-Y's interval and,
+    against ``base``, the paired differences of PSNR-Y (``paired``) and of PSNR-Y at zero bias."""
     out = {
         "count": len(rows),
-        "psnr_y": float(np.mean([r["psnr_y"] for r in rows])),
-        "ssim_y": float(np.mean([r["ssim_y"] for r in rows])),
+        **{
+            key: float(np.mean([r[key] for r in rows]))
+            for key in ("psnr_y", "ssim_y", "bias_y", "psnr_y_debiased")
+        },
         "ci95": spread(rows, "psnr_y")["ci95"],
     }
     if base is not None:
@@ -97,7 +119,8 @@ def summary(rows: list[dict], base: list[dict] | None) -> dict:
             raise SystemExit(
                 "error: the weights were scored on different images; a paired difference needs the same"
             )
-        out["paired"] = paired_difference([r["psnr_y"] for r in rows], [r["psnr_y"] for r in base])
+        for key, label in (("psnr_y", "paired"), ("psnr_y_debiased", "paired_debiased")):
+            out[label] = paired_difference([r[key] for r in rows], [r[key] for r in base])
     return out
 
 
@@ -135,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         sets = [*sets[:1], *(k for k in per_image if k.startswith("heavy200, ")), *sets[1:]]
     width = max(len(n) for n in names)
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; PSNR-Y dB [95 % CI]; paired: minus first"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; PSNR-Y dB / SSIM-Y [95 % CI], "
+        "bias (mean Y error, levels), PSNR-Y at zero bias; paired: minus first"
     )
     result: dict = {"weights": names}
     for s in sets:
@@ -143,18 +167,20 @@ def main(argv: list[str] | None = None) -> int:
         result[s] = stats
         print(f"  {s} ({stats[0]['count']} pairs)")
         for name, st in zip(names, stats, strict=True):
-            p = st.get("paired")
+            p, q = st.get("paired"), st.get("paired_debiased")
             paired = (
                 (
                     f"  paired {p['mean']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] sd {p['std']:.2f}, "
-                    f"better on {p['wins']}/{st['count']}"
+                    f"better on {p['wins']}/{st['count']}; at zero bias {q['mean']:+.3f} "
+                    f"[{q['ci95'][0]:+.3f}, {q['ci95'][1]:+.3f}]"
                 )
                 if p
                 else ""
             )
             print(
                 f"    {name:<{width}}  {st['psnr_y']:6.2f} / {st['ssim_y']:.4f} "
-                f"[{st['ci95'][0]:.2f}, {st['ci95'][1]:.2f}]{paired}"
+                f"[{st['ci95'][0]:.2f}, {st['ci95'][1]:.2f}] bias {st['bias_y']:+.2f}, "
+                f"{st['psnr_y_debiased']:.2f}{paired}"
             )
     if args.json:
         with atomic_output(args.json) as tmp:
