@@ -196,6 +196,14 @@ def test_real_rain_reads_the_photos_held_out_of_a_distillation_apart(tmp_path, t
     grey = every["real-rainy"][0][names.index("grey.png")]
     # grey.png, then SPA's and the webcam's frames; the other real-rainy photos (distilled) are out
     assert every["held out"][0] == [grey, *every["spa"][0], *every["webcam"][0]]
+    for part in ("darkened", "fine"):  # the same photos read apart
+        per = result["per_photo"][part]
+        assert per["held out"][0] == [
+            per["real-rainy"][0][names.index("grey.png")],
+            *per["spa"][0],
+            *per["webcam"][0],
+        ]
+        assert len(result[part]["all real"]) == 1 and len(per["all real"][0]) == len(every["all real"][0])
     with pytest.raises(SystemExit) as exit_:
         tool("real_rain").main([*args, "--held-out", str(tmp_path / "missing.txt")])
     assert exit_.value.code == 2 and "missing.txt" in capsys.readouterr().err
@@ -308,6 +316,16 @@ def test_paired_scores_the_real_pairs_against_their_clean_frames(tmp_path, tiny_
     )  # the caller's autograd kept
     [(webcam, names)] = parts["webcam"]
     assert names is None and len(find_pairs(webcam)) == 35  # every frame, each with its scene's clean frame
+
+
+def test_change_parts_tell_streaks_taken_from_light_lowered() -> None:
+    clean, rainy, relit = streaked_frame()
+    streaks = _gallery.change_parts(rainy, relit)  # the streaks taken, nothing else
+    darker = _gallery.change_parts(relit, relit - np.uint8(5))  # the light lowered, no streak
+    assert streaks["fine"] > 2 and streaks["darkened"] == pytest.approx(change_levels(rainy, relit), rel=0.01)
+    assert darker["fine"] < 0.01 and darker["darkened"] == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="shapes differ"):
+        _gallery.change_parts(rainy, rainy[:8])
 
 
 def test_paired_reads_psnr_apart_from_a_brightness_shift() -> None:

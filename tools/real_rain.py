@@ -7,7 +7,9 @@ Real rainy photos have no clean image, so this measures what a model does (``doc
 - **rain removed**: mean |rainy − derained| in 8-bit levels, per photo, over each real set (``real-rainy``'s 127
   photos, SPA's 2 and the webcam's 35 rainy frames) and over all of them, with the spread over photos; with
   ``--held-out FILE`` (``tools/teacher_pairs.py``'s ``held-out.txt``) also over the real photos no weights were
-  distilled on;
+  distilled on; read apart too, as **darkened** (the mean of rainy − derained: a model that lowers the light of a
+  whole photo by k levels removes k by the first reading) and **fine** (the mean absolute change left once the
+  change blurred by σ 8 is taken off: streak-sized detail, not light or veil);
 - **rain-free kept**: PSNR-Y (MATLAB Y) of derain(photo) against the photo, on 24 rain-free 512² centre crops
   (the 12 Urban100 photos and the first 12 Kodak24 photos of ``clean/``); a model that blurs removes a lot too;
 - **a gallery** PNG: rainy | each weights' output, a row a photo, for a person to look at before any decision
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gallery import change_levels, gallery
+from gallery import FINE_SIGMA, change_levels, change_parts, gallery
 from research import add_data_argument, add_weights_arguments, load_weights, mean_row, weights_names
 
 from derain.evaluate import score_pair
@@ -83,6 +85,7 @@ def measure(
     """
     column_options = options if isinstance(options, list) else [options] * len(models)
     removed: dict[str, list[list[float]]] = {}
+    parts: dict[str, dict[str, list[list[float]]]] = {"darkened": {}, "fine": {}}  # removed, read apart
     photo_names: dict[str, list[str]] = {}
     skipped: list[str] = []
     picks: list[list[np.ndarray]] = []
@@ -96,11 +99,15 @@ def measure(
     for key, (photos, bad) in real.items():
         skipped += bad
         removed[key] = [[] for _ in models]
+        for part in parts.values():
+            part[key] = [[] for _ in models]
         photo_names[key] = [n for n, _ in photos]
         for name, photo in photos:
             outs = [restore(m, photo, options=o) for m, o in zip(models, column_options, strict=True)]
             for i, out in enumerate(outs):
                 removed[key][i].append(change_levels(photo, out))
+                for part, value in change_parts(photo, out).items():
+                    parts[part][key][i].append(value)
             if index in chosen:
                 picks.append([photo, *outs])
                 captions.append(f"{key}/{name}")
@@ -121,25 +128,29 @@ def measure(
     for images, caption in free_rows:
         picks.append(images)
         captions.append(caption)
-    removed["all real"] = [sum((removed[k][i] for k in REAL_SETS), []) for i in range(len(models))]
-    if held_out is not None:
-        unknown = sorted(held_out - set(photo_names["real-rainy"]))
-        if unknown:
-            raise SystemExit(
-                f"error: --held-out names photos real-rainy does not hold: {', '.join(unknown[:5])}"
-            )
-        keep = [k != "real-rainy" or n in held_out for k in REAL_SETS for n in photo_names[k]]
-        removed["held out"] = [
-            [v for v, k in zip(row, keep, strict=True) if k] for row in removed["all real"]
-        ]
+    unknown = sorted((held_out or set()) - set(photo_names["real-rainy"]))
+    if unknown:
+        raise SystemExit(f"error: --held-out names photos real-rainy does not hold: {', '.join(unknown[:5])}")
+    keep = [k != "real-rainy" or held_out is None or n in held_out for k in REAL_SETS for n in photo_names[k]]
+    for reading in (removed, *parts.values()):
+        reading["all real"] = [sum((reading[k][i] for k in REAL_SETS), []) for i in range(len(models))]
+        if held_out is not None:
+            reading["held out"] = [
+                [v for v, k in zip(row, keep, strict=True) if k] for row in reading["all real"]
+            ]
+
+    def rows(reading: dict[str, list[list[float]]]) -> dict[str, list[dict]]:
+        return {
+            k: [mean_row(v[i], v[0] if i else None) for i in range(len(models))] for k, v in reading.items()
+        }
+
     result = {
         "weights": names,
         "strength": [o.strength for o in column_options],
-        "removed": {
-            k: [mean_row(v[i], v[0] if i else None) for i in range(len(models))] for k, v in removed.items()
-        },
+        "removed": rows(removed),
+        **{part: rows(reading) for part, reading in parts.items()},
         "kept": [mean_row(kept[i], kept[0] if i else None) for i in range(len(models))],
-        "per_photo": {"removed": removed, "kept": kept, "names": photo_names},
+        "per_photo": {"removed": removed, **parts, "kept": kept, "names": photo_names},
         "skipped": skipped,
     }
     return result, picks, captions
@@ -151,7 +162,8 @@ def print_table(result: dict) -> None:
     strengths = ", ".join(f"{s:g}" for s in result["strength"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, strength {strengths}")
     print(
-        "rain removed: mean |rainy - derained| (8-bit levels) [95 % CI]; x first: ratio to the first weights"
+        "rain removed: mean |rainy - derained| (8-bit levels) [95 % CI]; x first: ratio to the first weights; "
+        f"of it: darkened, mean rainy - derained; fine, mean |change - change blurred by sigma {FINE_SIGMA:g}|"
     )
     for key, stats in result["removed"].items():
         print(f"  {key} ({len(result['per_photo']['removed'][key][0])} photos)")
@@ -167,6 +179,14 @@ def print_table(result: dict) -> None:
             print(
                 f"    {name:<{width}}  {s['mean']:6.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]  "
                 f"x first {ratio}{paired}"
+            )
+        for name, dark, fine in zip(names, result["darkened"][key], result["fine"][key], strict=True):
+            q = fine.get("paired")
+            paired = (
+                f", paired vs first {q['mean']:+.2f} [{q['ci95'][0]:+.2f}, {q['ci95'][1]:+.2f}]" if q else ""
+            )
+            print(
+                f"      {name:<{width}}  of it: darkened {dark['mean']:+6.2f}, fine {fine['mean']:.2f}{paired}"
             )
     print(
         f"rain-free kept: PSNR-Y of derain(photo) vs photo, {len(result['per_photo']['kept'][0])} crops (dB)"
