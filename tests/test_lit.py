@@ -28,7 +28,7 @@ from derain.train import (
     charbonnier_loss,
     load_init_weights,
 )
-from derain.train.lit import FFT_WEIGHT, charbonnier_fft_loss, rain_left_weight
+from derain.train.lit import FFT_WEIGHT, charbonnier_fft_loss, fine_rain_left_term, rain_left_weight
 from derain.weights import STARTED_KEY, read_checkpoint_net, save_net, tensors_sha256
 
 
@@ -58,6 +58,34 @@ def test_rain_left_is_weighted_and_a_clean_input_is_not():
     assert rain_left_weight(torch.tensor([0.1]), torch.tensor([0.2]), torch.tensor([0.0]), 2.0).item() == 2.0
 
 
+def streaks_and_veil(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A clean batch, its rainy version (thin bright streaks over a uniform veil) and a prediction that took the
+    veil away and left half of each streak."""
+    gen = torch.Generator().manual_seed(seed)
+    clean = 0.2 + 0.5 * torch.rand(1, 3, 48, 48, generator=gen)
+    streaks = torch.zeros(1, 1, 48, 48)
+    streaks[..., 4:44, ::8] = 0.3
+    return clean, clean + streaks + 0.1, clean + streaks / 2
+
+
+def test_the_fine_removal_weight_cannot_be_paid_for_by_lowering_the_light():
+    clean, rain, pred = streaks_and_veil()
+    term = fine_rain_left_term(pred, clean, rain, 3.0, 2.0)
+    assert term.item() > 0.01 and fine_rain_left_term(clean, clean, rain, 3.0, 2.0).item() == 0.0
+    assert fine_rain_left_term(pred - 0.05, clean, rain, 3.0, 2.0).item() == pytest.approx(
+        term.item(), rel=1e-3
+    )
+    assert fine_rain_left_term(pred, clean, rain, 1.0, 2.0).item() == 0.0  # weight 1: nothing added
+    # what a shift of the whole prediction's light earns: the whole-error weight pays for darkening; the fine
+    # term's part of the gradient is nil (the unweighted loss's pull is the median's)
+    shift = torch.zeros((), requires_grad=True)
+    whole = charbonnier_loss(pred + shift, clean, weight=rain_left_weight(pred + shift, clean, rain, 3.0))
+    (pull,) = torch.autograd.grad(whole, shift)
+    shift = torch.zeros((), requires_grad=True)
+    (fine_pull,) = torch.autograd.grad(fine_rain_left_term(pred + shift, clean, rain, 3.0, 2.0), shift)
+    assert pull.item() > 0.1 and abs(fine_pull.item()) < 1e-3 * pull.item()  # the loss rises with the light
+
+
 def test_the_rain_left_weight_is_the_modules_loss_and_needs_charbonnier():
     module = DerainLitModule(tiny_net(), loss="charbonnier+fft", rain_left_weight=3.0, warmup_steps=1)
     batch = {"rain": torch.rand(1, 3, 16, 16), "clean": torch.rand(1, 3, 16, 16)}
@@ -67,6 +95,16 @@ def test_the_rain_left_weight_is_the_modules_loss_and_needs_charbonnier():
     weight = rain_left_weight(pred, batch["clean"], batch["rain"], 3.0)
     assert loss.item() == pytest.approx(charbonnier_fft_loss(pred, batch["clean"], weight=weight).item())
     assert loss.item() != pytest.approx(charbonnier_fft_loss(pred, batch["clean"]).item())
+    fine = DerainLitModule(tiny_net(), rain_left_weight=3.0, rain_left_sigma=2.0, warmup_steps=1)
+    fine.log = module.log
+    _, loss = fine.shared_step(batch, "train")
+    pred = fine.net(batch["rain"])
+    term = fine_rain_left_term(pred, batch["clean"], batch["rain"], 3.0, 2.0)
+    assert term.item() > 0 and loss.item() == pytest.approx(
+        (charbonnier_loss(pred, batch["clean"]) + term).item()
+    )
+    with pytest.raises(ValueError, match="rain_left_sigma should be 0 or above"):
+        DerainLitModule(tiny_net(), rain_left_weight=3.0, rain_left_sigma=-1.0)
     with pytest.raises(ValueError, match="needs a Charbonnier loss"):
         DerainLitModule(tiny_net(), loss="l1", rain_left_weight=2.0)
     with pytest.raises(ValueError, match="rain_left_weight should be above 0"):

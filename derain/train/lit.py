@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
 import lightning as L
 import torch
+from kornia.filters import gaussian_blur2d
 from lightning.pytorch.callbacks import WeightAveraging
 from torch import Tensor, nn
 
@@ -26,6 +28,7 @@ __all__ = [
     "charbonnier_loss",
     "charbonnier_fft_loss",
     "rain_left_weight",
+    "fine_rain_left_term",
     "NonFiniteLossError",
 ]
 
@@ -52,6 +55,26 @@ def rain_left_weight(pred: Tensor, target: Tensor, rain: Tensor, weight: float) 
     may be rain and changes a rain-free input no differently."""
     left = (pred - target) * (rain - target) > 0
     return torch.where(left, weight, 1.0).to(pred.dtype).detach()
+
+
+def fine_rain_left_term(
+    pred: Tensor, target: Tensor, rain: Tensor, weight: float, sigma: float, eps: float = 1e-3
+) -> Tensor:
+    """The removal weight on the error's fine part only: ``(weight − 1)`` × the mean Charbonnier of the fine error
+    where it leaves rain (:func:`rain_left_weight`'s test on fine parts), a term added to the loss.
+
+    The fine part of an image is the image less its Gaussian blur of ``sigma`` (kornia, reflected borders):
+    streaks, not light or veil. A prediction shifted by a constant has the same fine error, so this term cannot
+    pay for removal by lowering the light; :func:`rain_left_weight` on the whole error can (its quantile sits
+    below the median wherever rain brightens the input, veil included)."""
+    size = 2 * math.ceil(3 * sigma) + 1
+
+    def fine(x: Tensor) -> Tensor:
+        return x - gaussian_blur2d(x, (size, size), (sigma, sigma), border_type="reflect")
+
+    error, rain_error = fine(pred - target), fine(rain - target).detach()
+    left = (error * rain_error > 0).to(pred.dtype)
+    return (weight - 1.0) * (left * torch.sqrt(error.square() + eps * eps)).mean()
 
 
 FFT_WEIGHT = 0.05
@@ -88,6 +111,9 @@ class DerainLitModule(L.LightningModule):
         loss: ``"charbonnier"`` (default), ``"l1"`` or ``"charbonnier+fft"`` (:func:`charbonnier_fft_loss`).
         rain_left_weight: the Charbonnier term's weight on errors that leave rain (:func:`rain_left_weight`);
             1 (default) weighs every error alike. Above 1 it rewards removal; Charbonnier losses only.
+        rain_left_sigma: 0 (default): ``rain_left_weight`` weighs the whole error. Above 0: the loss is left
+            unweighted and :func:`fine_rain_left_term` adds the weight on the error's fine part (the error less
+            its Gaussian blur of this sigma, in pixels), so that removal is not paid for by lowering the light.
         lr: peak learning rate of AdamW.
         weight_decay: AdamW weight decay (conv kernels only).
         warmup_steps: linear warm-up steps from ``lr * 0.01``.
@@ -107,6 +133,7 @@ class DerainLitModule(L.LightningModule):
         *,
         loss: Literal["charbonnier", "l1", "charbonnier+fft"] = "charbonnier",
         rain_left_weight: float = 1.0,
+        rain_left_sigma: float = 0.0,
         lr: float = 3e-4,
         weight_decay: float = 1e-4,
         warmup_steps: int = 200,
@@ -119,6 +146,8 @@ class DerainLitModule(L.LightningModule):
             raise ValueError(f"schedule_steps should be at least 1, got {schedule_steps}")
         if not rain_left_weight > 0:
             raise ValueError(f"rain_left_weight should be above 0, got {rain_left_weight}")
+        if rain_left_sigma < 0:
+            raise ValueError(f"rain_left_sigma should be 0 or above, got {rain_left_sigma}")
         if rain_left_weight != 1.0 and loss == "l1":
             raise ValueError(
                 f"rain_left_weight {rain_left_weight} needs a Charbonnier loss, got loss {loss!r}"
@@ -146,9 +175,11 @@ class DerainLitModule(L.LightningModule):
         forward = self.train_forward if stage == "train" and self.train_forward is not None else self.net
         pred = forward(rain)
         clean = batch["clean"]
-        left = self.hparams["rain_left_weight"]
+        left, sigma = self.hparams["rain_left_weight"], self.hparams.get("rain_left_sigma", 0.0)
         if left == 1.0:
             loss = self.loss_fn(pred, clean)
+        elif sigma > 0:
+            loss = self.loss_fn(pred, clean) + fine_rain_left_term(pred, clean, rain, left, sigma)
         else:
             loss = self.loss_fn(pred, clean, weight=rain_left_weight(pred, clean, rain, left))
         self.log(
