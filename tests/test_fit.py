@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from safetensors import safe_open
 from training_helpers import QUIET, make_folder
 
 import derain.fit
+import derain.train.callbacks
 from derain.cli import main as derain_main
 from derain.fit import main as fit_main
 from derain.fit_cli import Start, how_to_start
@@ -25,6 +27,7 @@ from derain.fit_configs import ConfigNotFoundError, resolve_config_args
 from derain.io import read_rgb, to_tensor
 from derain.metrics import DerainMetrics
 from derain.models import DerainNet
+from derain.train import TimeBudget
 from derain.train.export import export_source
 from derain.weights import WeightsError, load_net, save_net, tensors_sha256
 from derain.weights.provenance import read_provenance
@@ -426,6 +429,22 @@ def test_the_rain100h_config_trains_leak_safe(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     data = printed_config(["--config", "rain100h.yaml"], capsys)["data"]
     assert data["pairs"]["root"] == "datasets/Rain100H" and data["pairs"]["drop_test_overlap"] is True
+
+
+def test_a_pause_during_the_time_budgets_probe_is_not_read_as_the_machines_pace(monkeypatch, capsys):
+    """Steps of 2 s, one of them held 200 s (the process stopped while tests ran): the plan is the 2-s pace's."""
+    clock = [0.0]
+    monkeypatch.setattr(derain.train.callbacks.time, "monotonic", lambda: clock[0])
+    trainer = SimpleNamespace(global_step=0, max_steps=-1, lr_scheduler_configs=[], should_stop=False)
+    budget = TimeBudget(budget=1000, probe_steps=10, reserve=0.0)
+    budget.on_train_start(trainer, None)
+    for step in range(1, 11):
+        clock[0] += 2.0 + (200.0 if step == 5 else 0.0)
+        trainer.global_step = step
+        for _ in range(2):  # two batches a step (gradient accumulation): one step, timed once
+            budget.on_train_batch_end(trainer, None)
+    assert budget.last_step == 10 + int((1000 - 220) / 2.0)  # the budget's wall time left, at 2 s a step
+    assert "TimeBudget: 2.000 s a step" in capsys.readouterr().out
 
 
 def test_a_time_budget_plans_the_last_step_ends_the_cosine_and_validates(tmp_path, capsys):

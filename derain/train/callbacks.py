@@ -9,9 +9,11 @@ Register them in a config (``SampleImages`` is on in every ``derain.fit`` run, a
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,12 +102,26 @@ class CompileTraining(L.Callback):
         pl_module.train_forward = None
 
 
+def step_seconds(ends: list[float]) -> float:
+    """The seconds a step takes from the times steps ended: the mean of the steps that took at most three times
+    their median (a step the process spent stopped, or paused by the machine, is not the run's pace).
+
+    Example:
+        >>> step_seconds([0.0, 2.0, 4.0, 6.0, 200.0, 202.5])  # the fourth step held a pause
+        2.125
+    """
+    steps = [b - a for a, b in itertools.pairwise(ends)]
+    usual = [s for s in steps if s <= 3 * statistics.median(steps)]
+    return sum(usual) / len(usual)
+
+
 class TimeBudget(L.Callback):
     """Fits a run to a time budget: its learning-rate schedule ends, and it validates and stops, in time.
 
     A run's speed differs between machines (a 2-core CPU, a GPU) by far more than any config can guess. After
     ``probe_steps`` training steps this measures the time a step takes (over the last four fifths of them: the
-    first steps pay one-off costs) and plans the run's last step so that it ends ``budget`` seconds after
+    first steps pay one-off costs; the mean of those steps that took at most ``3 ×`` their median, so that a
+    pause of the process, such as a SIGSTOP while tests run, is not read as the machine's speed) and plans the run's last step so that it ends ``budget`` seconds after
     training started, less ``reserve`` of the budget (validation, checkpoint, export). It sets the warm-up +
     cosine schedule's length (``DerainLitModule``'s ``WarmupCosine``) to that step and, at it, asks the trainer
     to stop: Lightning then validates and the last checkpoint is written. ``trainer.max_steps`` stays the upper
@@ -133,8 +149,9 @@ class TimeBudget(L.Callback):
             )
         self.budget, self.probe_steps, self.reserve = float(budget), probe_steps, reserve
         self.last_step: int | None = None
-        self._start = self._probe_from = 0.0
+        self._start = 0.0
         self._first_step = 0
+        self._probe_times: list[float] = []  # when each probed step ended
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_step": self.last_step}
@@ -147,11 +164,11 @@ class TimeBudget(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         done = trainer.global_step - self._first_step
-        if self.last_step is None and done == self.probe_steps // 5:
-            self._probe_from = time.monotonic()
-        elif self.last_step is None and done == self.probe_steps:
-            now = time.monotonic()
-            per_step = (now - self._probe_from) / (self.probe_steps - self.probe_steps // 5)
+        if self.last_step is None and done >= self.probe_steps // 5 + len(self._probe_times):
+            self._probe_times.append(time.monotonic())  # once a step (a step of several batches ends once)
+        if self.last_step is None and done == self.probe_steps:
+            now = self._probe_times[-1]
+            per_step = step_seconds(self._probe_times)
             left = self.budget * (1 - self.reserve) - (now - self._start)
             self.last_step = trainer.global_step + max(0, int(left / per_step))
             if trainer.max_steps and trainer.max_steps > 0:
