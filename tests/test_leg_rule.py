@@ -115,3 +115,21 @@ def test_a_held_out_list_that_does_not_fit_the_scores_is_refused(tmp_path, capsy
     real.write_text(json.dumps(unheld))
     assert leg_rule.main(args) == 2
     assert "score with --held-out" in capsys.readouterr().err
+
+
+def test_the_readings_apart_are_reported_where_the_tools_wrote_them() -> None:
+    real, paired = _real(1.0), _paired((0.1, 0.9), 0.4)
+    assert leg_rule.read_apart(real, paired) == []  # JSON of the tools before they read removal apart
+    real["per_photo"]["darkened"] = {"held out": [[3.0, 1.0], [2.0, 2.0], [1.0, 0.0]]}
+    for key in leg_rule.SETS:
+        first, last = paired[key]
+        first |= {"bias_y": 2.0, "psnr_y_debiased": 26.5}
+        last |= {"bias_y": -4.5, "psnr_y_debiased": 27.6}
+        last["paired_debiased"] = {"mean": 1.1, "ci95": [0.8, 1.5], "wins": 7}
+    lines = leg_rule.read_apart(real, paired)
+    assert lines[0].startswith("  held out, darkened: 2.000 / 2.000 / 0.500; leg − previous -1.500")
+    assert (
+        "heavy7: bias +2.00 / -4.50 levels; at zero bias 26.50 / 27.60, leg − stage 9 +1.100 [+0.800, +1.500]"
+        in (lines[1])
+    )
+    assert len(lines) == 1 + len(leg_rule.SETS)  # no fine reading given: none printed

@@ -127,6 +127,30 @@ def verdict(
     return items
 
 
+def read_apart(real: dict, paired: dict) -> list[str]:
+    """Lines read beside the rules, deciding nothing: the held-out photos' removal read apart (``darkened``,
+    ``fine``: stage 9, previous leg, leg, with the leg's paired differences) and each paired set's brightness
+    error and PSNR-Y at zero bias (stage 9 and the leg), where the tools' JSON holds them."""
+    lines = []
+    for part in ("darkened", "fine"):
+        columns = real["per_photo"].get(part, {}).get("held out")
+        if columns:
+            means = " / ".join(f"{mean(c):.3f}" for c in columns)
+            lines.append(
+                f"  held out, {part}: {means}; leg − previous {shown(difference(columns[2], columns[1]))}; "
+                f"leg − stage 9 {shown(difference(columns[2], columns[0]))}"
+            )
+    for key in SETS:
+        first, last = paired[key][0], paired[key][-1]
+        if "bias_y" in last and "paired_debiased" in last:
+            lines.append(
+                f"  {key}: bias {first['bias_y']:+.2f} / {last['bias_y']:+.2f} levels; at zero bias "
+                f"{first['psnr_y_debiased']:.2f} / {last['psnr_y_debiased']:.2f}, leg − stage 9 "
+                f"{shown({**last['paired_debiased'], 'n': last['count']})}"
+            )
+    return lines
+
+
 def read_json(path: Path, keys: tuple[str, ...]) -> dict:
     """A tool's JSON, checked for the entries this reads.
 
@@ -180,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label} ({len(columns[0])}): {means}")
         print(f"    leg − previous {shown(difference(columns[2], columns[1]))}")
         print(f"    leg − stage 9  {shown(difference(columns[2], columns[0]))}")
+    apart = read_apart(real, paired)
+    if apart:
+        print("read apart (reported, deciding nothing):")
+        print("\n".join(apart))
     print("rules:")
     for item, passed, read in items:
         mark = "look" if passed is None else "PASS" if passed else "FAIL"
