@@ -434,7 +434,7 @@ def test_the_rain100h_config_trains_leak_safe(capsys, monkeypatch, tmp_path):
 def test_a_pause_during_the_time_budgets_probe_is_not_read_as_the_machines_pace(monkeypatch, capsys):
     """Steps of 2 s, one of them held 200 s (the process stopped while tests ran): the plan is the 2-s pace's."""
     clock = [0.0]
-    monkeypatch.setattr(derain.train.callbacks.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(derain.train.callbacks, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     trainer = SimpleNamespace(global_step=0, max_steps=-1, lr_scheduler_configs=[], should_stop=False)
     budget = TimeBudget(budget=1000, probe_steps=10, reserve=0.0)
     budget.on_train_start(trainer, None)

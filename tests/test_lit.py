@@ -76,6 +76,10 @@ def test_the_fine_removal_weight_cannot_be_paid_for_by_lowering_the_light():
         term.item(), rel=1e-3
     )
     assert fine_rain_left_term(pred, clean, rain, 1.0, 2.0).item() == 0.0  # weight 1: nothing added
+    small = fine_rain_left_term(pred[..., :16, :16], clean[..., :16, :16], rain[..., :16, :16], 3.0, 8.0)
+    assert small.item() > 0  # a 49-tap kernel on a 16² image: its borders replicated, not reflected
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # computed in float32 all the same
+        assert fine_rain_left_term(pred, clean, rain, 3.0, 2.0).dtype == torch.float32
     # what a shift of the whole prediction's light earns: the whole-error weight pays for darkening; the fine
     # term's part of the gradient is nil (the unweighted loss's pull is the median's)
     shift = torch.zeros((), requires_grad=True)
@@ -103,8 +107,13 @@ def test_the_rain_left_weight_is_the_modules_loss_and_needs_charbonnier():
     assert term.item() > 0 and loss.item() == pytest.approx(
         (charbonnier_loss(pred, batch["clean"]) + term).item()
     )
+    _, val_loss = fine.shared_step(batch, "val")  # validation reads the same loss
+    assert val_loss.item() == pytest.approx(loss.item())
     with pytest.raises(ValueError, match="rain_left_sigma should be 0 or above"):
         DerainLitModule(tiny_net(), rain_left_weight=3.0, rain_left_sigma=-1.0)
+    for weight in (1.0, 0.5):  # the term adds the weight's extra: none, or a reward for leaving rain
+        with pytest.raises(ValueError, match="rain_left_weight should be above 1"):
+            DerainLitModule(tiny_net(), rain_left_weight=weight, rain_left_sigma=8.0)
     with pytest.raises(ValueError, match="needs a Charbonnier loss"):
         DerainLitModule(tiny_net(), loss="l1", rain_left_weight=2.0)
     with pytest.raises(ValueError, match="rain_left_weight should be above 0"):

@@ -17,13 +17,15 @@ pairs' backgrounds. Each arm validates and keeps a checkpoint at every quarter o
 
 Scores, full images, per pair (MATLAB-Y PSNR of 8-bit outputs, ``derain.evaluate``), and paired differences arm −
 first arm with a 95 % bootstrap interval: RainTrainL's held-out 40 and Rain200L's 3 pairs (``rain200l-samples``);
-with ``--rain heavy`` the 21 real heavy pairs (Rain100H's 18, Rain200H's 3: none seen in training). Costs: parameters; inference yardsticks (one forward of a 321×481 photo on the CPU, 2 threads,
-divided by the yardstick: 10 convs 48→48 3×3 on a 321×481 map, timed beside it); step yardsticks (a training
-forward + backward of 8×3×128² on the CPU, 2 threads); seconds a step of the arm's own run (from the training seconds its
-quarter checkpoints' Lightning ``Timer`` counted: steps between the first and the last quarter, with their
-validations, a resumed run's time away left out; with ``--jobs`` the arms share the machine). **Equal CPU time**: each arm's score on the first set (RainTrainL's 40, or the 21 heavy
-pairs) at the last quarter checkpoint whose
-CPU cost (steps × step yardsticks) does not exceed the first arm's full budget (the step used is shown).
+with ``--rain heavy`` the 21 real heavy pairs (Rain100H's 18, Rain200H's 3: none seen in training). Costs:
+parameters; inference yardsticks (one forward of a 321×481 photo on the CPU, 2 threads, divided by the yardstick:
+10 convs 48→48 3×3 on a 321×481 map, timed beside it); step yardsticks (a training forward + backward of 8×3×128²
+on the CPU, 2 threads); seconds a step of the arm's own run (from the training seconds its quarter checkpoints'
+Lightning ``Timer`` counted: steps between the first and the last quarter, with their validations, a resumed run's
+time away left out; with ``--jobs`` the arms share the machine; an ``OUT`` made before arms had a ``Timer`` holds
+another config and is refused: use a new one). **Equal CPU time**: each arm's score on the first set (RainTrainL's
+40, or the 21 heavy pairs) at the last quarter checkpoint whose CPU cost (steps × step yardsticks) does not exceed
+the first arm's full budget (the step used is shown).
 
 An arm's folder ``OUT/ARM`` holds its config, its Lightning run, ``scores.json`` and ``costs.json``; a finished arm
 is not trained again, an interrupted one resumes from its last quarter. Prints the table (also ``OUT/table.md``)

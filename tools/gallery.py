@@ -32,8 +32,8 @@ def change_levels(before: np.ndarray, after: np.ndarray) -> float:
 
 
 def change_parts(before: np.ndarray, after: np.ndarray, sigma: float = FINE_SIGMA) -> dict[str, float]:
-    """``change_levels`` read apart (8-bit levels): ``darkened``, the mean of ``before − after`` (a model that
-    lowers every pixel by k reads k, and ``change_levels`` k too); ``fine``, the mean absolute change left once the
+    """Beside ``change_levels`` (8-bit levels): ``darkened``, the signed mean of ``before − after`` (bright streaks
+    taken count in it; a model that lowers every pixel by k reads k, and ``change_levels`` k too); ``fine``, the mean absolute change left once the
     change is Gaussian-blurred by ``sigma`` and taken off: streak-sized detail removed or added, not light.
 
     Example:

@@ -7,9 +7,9 @@ Real rainy photos have no clean image, so this measures what a model does (``doc
 - **rain removed**: mean |rainy − derained| in 8-bit levels, per photo, over each real set (``real-rainy``'s 127
   photos, SPA's 2 and the webcam's 35 rainy frames) and over all of them, with the spread over photos; with
   ``--held-out FILE`` (``tools/teacher_pairs.py``'s ``held-out.txt``) also over the real photos no weights were
-  distilled on; read apart too, as **darkened** (the mean of rainy − derained: a model that lowers the light of a
-  whole photo by k levels removes k by the first reading) and **fine** (the mean absolute change left once the
-  change blurred by σ 8 is taken off: streak-sized detail, not light or veil);
+  distilled on; beside it **darkened** (the signed mean of rainy − derained: streaks taken count in it, and so does
+  light lowered: a model that lowers a whole photo's light by k levels removes k by the first reading) and **fine**
+  (the mean absolute change left once the change blurred by σ 8 is taken off: streak-sized detail, not light);
 - **rain-free kept**: PSNR-Y (MATLAB Y) of derain(photo) against the photo, on 24 rain-free 512² centre crops
   (the 12 Urban100 photos and the first 12 Kodak24 photos of ``clean/``); a model that blurs removes a lot too;
 - **a gallery** PNG: rainy | each weights' output, a row a photo, for a person to look at before any decision
@@ -163,7 +163,7 @@ def print_table(result: dict) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, strength {strengths}")
     print(
         "rain removed: mean |rainy - derained| (8-bit levels) [95 % CI]; x first: ratio to the first weights; "
-        f"of it: darkened, mean rainy - derained; fine, mean |change - change blurred by sigma {FINE_SIGMA:g}|"
+        f"beside it: darkened, mean rainy - derained; fine, mean |change - change blurred by sigma {FINE_SIGMA:g}|"
     )
     for key, stats in result["removed"].items():
         print(f"  {key} ({len(result['per_photo']['removed'][key][0])} photos)")
@@ -185,9 +185,7 @@ def print_table(result: dict) -> None:
             paired = (
                 f", paired vs first {q['mean']:+.2f} [{q['ci95'][0]:+.2f}, {q['ci95'][1]:+.2f}]" if q else ""
             )
-            print(
-                f"      {name:<{width}}  of it: darkened {dark['mean']:+6.2f}, fine {fine['mean']:.2f}{paired}"
-            )
+            print(f"      {name:<{width}}  darkened {dark['mean']:+6.2f}, fine {fine['mean']:.2f}{paired}")
     print(
         f"rain-free kept: PSNR-Y of derain(photo) vs photo, {len(result['per_photo']['kept'][0])} crops (dB)"
     )

@@ -111,7 +111,8 @@ def step_seconds(ends: list[float]) -> float:
         2.125
     """
     steps = [b - a for a, b in itertools.pairwise(ends)]
-    usual = [s for s in steps if s <= 3 * statistics.median(steps)]
+    median = statistics.median(steps)
+    usual = [s for s in steps if s <= 3 * median] if median > 0 else steps  # a coarse clock: every step
     return sum(usual) / len(usual)
 
 
@@ -121,8 +122,8 @@ class TimeBudget(L.Callback):
     A run's speed differs between machines (a 2-core CPU, a GPU) by far more than any config can guess. After
     ``probe_steps`` training steps this measures the time a step takes (over the last four fifths of them: the
     first steps pay one-off costs; the mean of those steps that took at most ``3 ×`` their median, so that a
-    pause of the process, such as a SIGSTOP while tests run, is not read as the machine's speed) and plans the run's last step so that it ends ``budget`` seconds after
-    training started, less ``reserve`` of the budget (validation, checkpoint, export). It sets the warm-up +
+    pause of the process, such as a SIGSTOP while tests run, is not read as the machine's speed) and plans the
+    run's last step so that it ends ``budget`` seconds after training started, less ``reserve`` of the budget (validation, checkpoint, export). It sets the warm-up +
     cosine schedule's length (``DerainLitModule``'s ``WarmupCosine``) to that step and, at it, asks the trainer
     to stop: Lightning then validates and the last checkpoint is written. ``trainer.max_steps`` stays the upper
     bound; ``trainer.max_time`` a guard beside it. The plan is kept in the checkpoint: a resumed run finishes
@@ -161,6 +162,7 @@ class TimeBudget(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start, self._first_step = time.monotonic(), trainer.global_step
+        self._probe_times = []
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         done = trainer.global_step - self._first_step
@@ -168,7 +170,7 @@ class TimeBudget(L.Callback):
             self._probe_times.append(time.monotonic())  # once a step (a step of several batches ends once)
         if self.last_step is None and done == self.probe_steps:
             now = self._probe_times[-1]
-            per_step = step_seconds(self._probe_times)
+            per_step = max(step_seconds(self._probe_times), 1e-6)
             left = self.budget * (1 - self.reserve) - (now - self._start)
             self.last_step = trainer.global_step + max(0, int(left / per_step))
             if trainer.max_steps and trainer.max_steps > 0:

@@ -63,18 +63,21 @@ def fine_rain_left_term(
     """The removal weight on the error's fine part only: ``(weight − 1)`` × the mean Charbonnier of the fine error
     where it leaves rain (:func:`rain_left_weight`'s test on fine parts), a term added to the loss.
 
-    The fine part of an image is the image less its Gaussian blur of ``sigma`` (kornia, reflected borders):
-    streaks, not light or veil. A prediction shifted by a constant has the same fine error, so this term cannot
-    pay for removal by lowering the light; :func:`rain_left_weight` on the whole error can (its quantile sits
-    below the median wherever rain brightens the input, veil included)."""
+    The fine part of an image is the image less its Gaussian blur of ``sigma`` (kornia; reflected borders, or
+    replicated ones on an image not longer than the kernel's half on a side): streaks, not light or veil. A
+    prediction shifted by a constant has the same fine error, so this term cannot pay for removal by lowering the
+    light; :func:`rain_left_weight` on the whole error can (its quantile sits below the median wherever rain
+    brightens the input, veil included). Computed in float32, autocast off (bf16 noise is near ``eps``)."""
     size = 2 * math.ceil(3 * sigma) + 1
+    border = "reflect" if min(pred.shape[-2:]) > size // 2 else "replicate"
 
     def fine(x: Tensor) -> Tensor:
-        return x - gaussian_blur2d(x, (size, size), (sigma, sigma), border_type="reflect")
+        return x - gaussian_blur2d(x, (size, size), (sigma, sigma), border_type=border)
 
-    error, rain_error = fine(pred - target), fine(rain - target).detach()
-    left = (error * rain_error > 0).to(pred.dtype)
-    return (weight - 1.0) * (left * torch.sqrt(error.square() + eps * eps)).mean()
+    with torch.autocast(pred.device.type, enabled=False):
+        error, rain_error = fine(pred.float() - target.float()), fine(rain.float() - target.float()).detach()
+        left = (error * rain_error > 0).float()
+        return (weight - 1.0) * (left * torch.sqrt(error.square() + eps * eps)).mean()
 
 
 FFT_WEIGHT = 0.05
@@ -148,6 +151,11 @@ class DerainLitModule(L.LightningModule):
             raise ValueError(f"rain_left_weight should be above 0, got {rain_left_weight}")
         if rain_left_sigma < 0:
             raise ValueError(f"rain_left_sigma should be 0 or above, got {rain_left_sigma}")
+        if rain_left_sigma > 0 and not rain_left_weight > 1:
+            raise ValueError(
+                f"rain_left_sigma {rain_left_sigma} adds the removal weight's extra: rain_left_weight should be "
+                f"above 1, got {rain_left_weight}"
+            )
         if rain_left_weight != 1.0 and loss == "l1":
             raise ValueError(
                 f"rain_left_weight {rain_left_weight} needs a Charbonnier loss, got loss {loss!r}"
@@ -175,7 +183,7 @@ class DerainLitModule(L.LightningModule):
         forward = self.train_forward if stage == "train" and self.train_forward is not None else self.net
         pred = forward(rain)
         clean = batch["clean"]
-        left, sigma = self.hparams["rain_left_weight"], self.hparams.get("rain_left_sigma", 0.0)
+        left, sigma = self.hparams["rain_left_weight"], self.hparams["rain_left_sigma"]
         if left == 1.0:
             loss = self.loss_fn(pred, clean)
         elif sigma > 0:
