@@ -123,7 +123,8 @@ class TimeBudget(L.Callback):
     ``probe_steps`` training steps this measures the time a step takes (over the last four fifths of them: the
     first steps pay one-off costs; the mean of those steps that took at most ``3 ×`` their median, so that a
     pause of the process, such as a SIGSTOP while tests run, is not read as the machine's speed) and plans the
-    run's last step so that it ends ``budget`` seconds after training started, less ``reserve`` of the budget (validation, checkpoint, export). It sets the warm-up +
+    run's last step so that it ends ``budget`` seconds after training started, less ``reserve`` of the budget
+    (validation, checkpoint, export). It sets the warm-up +
     cosine schedule's length (``DerainLitModule``'s ``WarmupCosine``) to that step and, at it, asks the trainer
     to stop: Lightning then validates and the last checkpoint is written. ``trainer.max_steps`` stays the upper
     bound; ``trainer.max_time`` a guard beside it. The plan is kept in the checkpoint: a resumed run finishes
