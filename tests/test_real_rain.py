@@ -145,11 +145,15 @@ def test_real_rain_names_a_weights_file_that_does_not_load_and_a_folder_without_
 def test_real_rain_measures_at_a_strength(tmp_path, tiny_weights, capsys):
     write_data(tmp_path / "data")
     args = ["--weights", str(tiny_weights), "--data", str(tmp_path / "data"), "--strength"]
-    assert tool("real_rain").main([*args, "1"]) == 0
+    assert tool("real_rain").main([*args, "1", "--json", str(tmp_path / "real.json")]) == 0
     assert '"removed_0": 0.0' not in capsys.readouterr().out  # the network does change the photos
+    free = json.loads((tmp_path / "real.json").read_text())["per_photo"]["rain_free"]
+    assert len(free["changed"][0]) == len(free["fine"][0]) == 2  # the two rain-free crops, read like the rain
+    assert min(free["changed"][0]) > 0
     assert tool("real_rain").main([*args, "0"]) == 0
     printed = capsys.readouterr().out
     assert "strength 0" in printed and '"removed_0": 0.0' in printed  # strength 0: nothing removed
+    assert "changed 0.00, fine 0.00" in printed  # nor anything changed on the rain-free crops
     assert tool("real_rain").main([*args, "0", "1.5"]) == 0  # one column a strength, side by side
     printed = capsys.readouterr().out
     assert "strength 0, 1.5" in printed and "tiny.safetensors s1.5" in printed

@@ -12,6 +12,8 @@ Real rainy photos have no clean image, so this measures what a model does (``doc
   (the mean absolute change left once the change blurred by σ 8 is taken off: streak-sized detail, not light);
 - **rain-free kept**: PSNR-Y (MATLAB Y) of derain(photo) against the photo, on 24 rain-free 512² centre crops
   (the 12 Urban100 photos and the first 12 Kodak24 photos of ``clean/``); a model that blurs removes a lot too;
+  beside it the same crops' **changed** and **fine** (``change_levels`` and ``change_parts``' fine, as on the real
+  photos): what a model changes where there is no rain, the part of a removal reading that is not rain taken;
 - **a gallery** PNG: rainy | each weights' output, a row a photo, for a person to look at before any decision
   (``--gallery-rows`` real photos spread over the sets, then two rain-free ones; ``--crop 320`` shows each
   photo's centre at full resolution, where streaks can be judged, instead of the whole photo scaled).
@@ -114,6 +116,7 @@ def measure(
             index += 1
         print(f"{key}: {len(photos)} photos", file=sys.stderr)
     kept: list[list[float]] = [[] for _ in models]
+    free: dict[str, list[list[float]]] = {"changed": [[] for _ in models], "fine": [[] for _ in models]}
     free_rows = []
     for sub, count in RAIN_FREE:
         photos, bad = read_folder(data / sub, count)
@@ -123,6 +126,8 @@ def measure(
             outs = [restore(m, crop, options=o) for m, o in zip(models, column_options, strict=True)]
             for i, out in enumerate(outs):
                 kept[i].append(score_pair(out, crop)["psnr_y"])
+                free["changed"][i].append(change_levels(crop, out))
+                free["fine"][i].append(change_parts(crop, out)["fine"])
             if len(free_rows) < 2 and name == photos[0][0]:
                 free_rows.append(([crop, *outs], f"rain-free {Path(sub).name}/{name}"))
     for images, caption in free_rows:
@@ -150,7 +155,10 @@ def measure(
         "removed": rows(removed),
         **{part: rows(reading) for part, reading in parts.items()},
         "kept": [mean_row(kept[i], kept[0] if i else None) for i in range(len(models))],
-        "per_photo": {"removed": removed, **parts, "kept": kept, "names": photo_names},
+        "rain_free": {
+            k: [mean_row(v[i], v[0] if i else None) for i in range(len(models))] for k, v in free.items()
+        },
+        "per_photo": {"removed": removed, **parts, "kept": kept, "rain_free": free, "names": photo_names},
         "skipped": skipped,
     }
     return result, picks, captions
@@ -192,6 +200,11 @@ def print_table(result: dict) -> None:
     for name, s in zip(names, result["kept"], strict=True):
         paired = f"  paired vs first {s['paired']['mean']:+.2f}" if "paired" in s else ""
         print(f"    {name:<{width}}  {s['mean']:6.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]{paired}")
+    print("rain-free changed: mean |photo - derained| and its fine part on the same crops (8-bit levels)")
+    for name, changed, fine in zip(
+        names, result["rain_free"]["changed"], result["rain_free"]["fine"], strict=True
+    ):
+        print(f"    {name:<{width}}  changed {changed['mean']:.2f}, fine {fine['mean']:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
