@@ -205,6 +205,16 @@ def test_layer_dirs_and_transplant_shares_reach_the_synthetic_set(tmp_path: Path
     assert [layer.shape for layer in dm.train_set.rendered_layers] == [(60, 70, 1), (60, 70, 3)]
     assert dm.train_set.rendered_layers == dm.pool.rendered_layers
     assert dm.train_set.synthesis.layer_share == 0.3 and dm.train_set.transplant_prob == 1.0
+    assert dm.train_set.rendered_layer_real == [False, False]
+    write(tmp_path / "real" / "3-4.png", streaks)  # a real photo's rain, marked so by its folder
+    real = {"transplant_prob": 1.0, "layer_dirs": (str(tmp_path / "layers"), str(tmp_path / "real"))}
+    dm = DerainDataModule(
+        **small_synthetic_data(tmp_path, synthesis={**real, "real_layer_dirs": (str(tmp_path / "real"),)})
+    )
+    dm.setup("fit")
+    assert dm.pool.rendered_layer_real == dm.train_set.rendered_layer_real == [False, False, True]
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["real_rain"].dtype == torch.bool and len(batch["real_rain"]) == len(batch["rain"])
     make_pairs(tmp_path / "heavy", numbered(2, start=1), numbered(2, start=1))
     make_pairs(tmp_path / "light", numbered(6), numbered(6))
     folders = (str(tmp_path / "heavy"), str(tmp_path / "light"))

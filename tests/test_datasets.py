@@ -3,6 +3,7 @@ or transplanted, fixed for validation, seeded per worker and rank)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,50 @@ def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() 
             assert set(diff.unique().tolist()) == {0.0, 90.0}
             kinds.append("streaks")
     assert 15 <= kinds.count("streaks") <= 45, kinds.count("streaks")
+
+
+def test_items_that_carry_a_real_layer_are_marked_real_rain() -> None:
+    """``rendered_layer_real`` marks the items whose rain came from a real photo's layer (one of two mixed
+    counts); pairs' layers, procedural rain and pair items are never marked; flags must fit the layers."""
+    layers = [np.full((40, 40, 1), level, np.uint8) for level in (10, 30)]
+    photos = [np.full((40, 40, 3), 100, np.uint8)]
+    added = Synthesis(transplant_prob=0.5, composite_beta=0.0, procedural_styles=("light",))
+    data = SyntheticRainDataset(
+        photos,
+        length=60,
+        patch_size=16,
+        rendered_layers=layers,
+        rendered_layer_real=[False, True],
+        synthesis=added,
+    )
+    seen = set()
+    for i in range(60):
+        item = data[i]
+        level = round(float((item["rain"] - item["clean"]).mean() * 255))
+        seen.add((level, item["real_rain"]))
+    assert (30, True) in seen and (10, False) in seen  # the layer of 30 levels is the real one
+    assert all(real == (level == 30) for level, real in seen if level in (10, 30))
+    assert any(level not in (10, 30) and not real for level, real in seen)  # procedural rain: not real
+    mixed = dataclasses.replace(added, transplant_prob=1.0, layer_augment=LayerAugment(mix=1.0))
+    data = SyntheticRainDataset(
+        photos,
+        length=20,
+        patch_size=16,
+        rendered_layers=layers,
+        rendered_layer_weights=[0.5, 0.5],
+        rendered_layer_real=[False, True],
+        synthesis=mixed,
+    )
+    both = [data[i] for i in range(20)]
+    for item in both:  # two layers each: real as soon as one of them is
+        level = round(float((item["rain"] - item["clean"]).mean() * 255))
+        assert item["real_rain"] == (level > 20), level
+    plain = SyntheticRainDataset(photos, length=4, patch_size=16, rendered_layers=layers, synthesis=added)
+    assert not any(plain[i]["real_rain"] for i in range(4))  # by default no layer is real
+    with pytest.raises(ValueError, match="rendered_layer_real: 1 flags for 2 layers"):
+        SyntheticRainDataset(
+            photos, length=1, patch_size=8, rendered_layers=layers, rendered_layer_real=[True]
+        )
 
 
 def test_rendered_layer_weights_choose_the_rendered_layers() -> None:

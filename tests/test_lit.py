@@ -116,6 +116,8 @@ def test_the_rain_left_weight_is_the_modules_loss_and_needs_charbonnier():
             DerainLitModule(tiny_net(), rain_left_weight=weight, rain_left_sigma=8.0)
     with pytest.raises(ValueError, match="needs a Charbonnier loss"):
         DerainLitModule(tiny_net(), loss="l1", rain_left_weight=2.0)
+    with pytest.raises(ValueError, match="rain_left_real weighs the real rain's items apart"):
+        DerainLitModule(tiny_net(), rain_left_weight=3.0, rain_left_real=True)
     with pytest.raises(ValueError, match="rain_left_weight should be above 0"):
         DerainLitModule(tiny_net(), rain_left_weight=0.0)
 
@@ -341,3 +343,34 @@ def test_validation_reports_each_data_set_apart(tmp_path):
         assert logged[f"val/{name}/psnr_y"] == pytest.approx(expected[name]["psnr_y"], abs=1e-3)
         assert logged[f"val/{name}/ssim_y"] == pytest.approx(expected[name]["ssim_y"], abs=1e-4)
     assert "val/psnr_y" in logged  # and the whole validation
+
+
+def test_real_rain_items_take_the_removal_weight_on_the_whole_error() -> None:
+    """With ``rain_left_real``, items marked ``real_rain`` take the weight on the whole error (as sigma 0), the
+    others on the fine part only (as ``rain_left_sigma`` alone); without it the marks change nothing."""
+    torch.manual_seed(0)
+    rain, clean = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 16, 16)
+    module = DerainLitModule(
+        tiny_net(), rain_left_weight=3.0, rain_left_sigma=2.0, rain_left_real=True, warmup_steps=1
+    )
+    module.log = lambda *a, **k: None
+    pred = module.net(rain)
+    whole = charbonnier_loss(pred, clean, weight=rain_left_weight(pred, clean, rain, 3.0))
+    fine = charbonnier_loss(pred, clean) + fine_rain_left_term(pred, clean, rain, 3.0, 2.0)
+    assert whole.item() != pytest.approx(fine.item())
+    for flags, expected in (([True, True], whole), ([False, False], fine)):
+        _, loss = module.shared_step(
+            {"rain": rain, "clean": clean, "real_rain": torch.tensor(flags)}, "train"
+        )
+        assert loss.item() == pytest.approx(expected.item())
+    plain = DerainLitModule(tiny_net(), rain_left_weight=3.0, rain_left_sigma=2.0, warmup_steps=1)
+    plain.net.load_state_dict(module.net.state_dict())
+    plain.log = module.log
+    _, loss = plain.shared_step(
+        {"rain": rain, "clean": clean, "real_rain": torch.tensor([True, True])}, "train"
+    )
+    assert loss.item() == pytest.approx(fine.item())  # the marks are read only with rain_left_real
+    # the fine term of the unmarked items alone: item 1's own term, its mean taken over the whole batch
+    only = fine_rain_left_term(pred, clean, rain, 3.0, 2.0, items=torch.tensor([False, True]))
+    alone = fine_rain_left_term(pred[1:], clean[1:], rain[1:], 3.0, 2.0)
+    assert only.item() == pytest.approx(alone.item() / 2)

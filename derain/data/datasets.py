@@ -1,8 +1,9 @@
 """The two datasets: real rainy/clean pairs, and rain rendered on the fly onto clean photos.
 
-Items are ``{"rain": float32 (3, h, w), "clean": float32 (3, h, w), "name": str, "render": bool, "set": str}``
-in [0, 1]; ``render`` marks synthetic items whose procedural rain the training device still has to draw
-(``Synthesis.render_on_device``), ``set`` the data set a validation pair comes from.
+Items are ``{"rain": float32 (3, h, w), "clean": float32 (3, h, w), "name": str, "render": bool, "set": str,
+"real_rain": bool}`` in [0, 1]; ``render`` marks synthetic items whose procedural rain the training device still
+has to draw (``Synthesis.render_on_device``), ``set`` the data set a validation pair comes from, ``real_rain`` the
+synthetic items that carry a real photo's rain (``Synthesis.real_layer_dirs``).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class PairedDataset(Seeded, Dataset):
             rain, clean = out["image"], out["clean"]
         name = pair_name(self.pairs[index][1])
         item = {"rain": to_tensor(rain), "clean": to_tensor(clean), "name": name, "render": False}
-        return item | {"set": self.sets[index]}
+        return item | {"set": self.sets[index], "real_rain": False}
 
 
 def _layer_weights(name: str, weights: Sequence[float] | None, layers: list[np.ndarray]) -> np.ndarray | None:
@@ -134,6 +135,8 @@ class SyntheticRainDataset(Seeded, Dataset):
         rendered_layers: rendered rain layers (``synthesis.layer_dirs``), uint8 (H, W, 1) grey or (H, W, 3),
             transplanted like ``pair_layers``.
         rendered_layer_weights: the chance of each of ``rendered_layers``, as ``pair_layer_weights``.
+        rendered_layer_real: whether each of ``rendered_layers`` is a real photo's rain: an item that carries one
+            is ``real_rain``; default none is.
         seed: seed of the random stream.
         fixed: item ``i`` is always the same (seeded by ``seed`` and ``i``), for validation sets; otherwise
             each DataLoader worker draws its own stream, new every epoch.
@@ -153,6 +156,7 @@ class SyntheticRainDataset(Seeded, Dataset):
         pair_layer_weights: Sequence[float] | None = None,
         rendered_layers: Sequence[np.ndarray] = (),
         rendered_layer_weights: Sequence[float] | None = None,
+        rendered_layer_real: Sequence[bool] = (),
         seed: int = 0,
         fixed: bool = False,
         rotate90: bool = False,
@@ -174,6 +178,12 @@ class SyntheticRainDataset(Seeded, Dataset):
         self.rendered_layer_weights = _layer_weights(
             "rendered_layer_weights", rendered_layer_weights, self.rendered_layers
         )
+        self.rendered_layer_real = list(rendered_layer_real) or [False] * len(self.rendered_layers)
+        if len(self.rendered_layer_real) != len(self.rendered_layers):
+            raise ValueError(
+                f"rendered_layer_real: {len(self.rendered_layer_real)} flags for {len(self.rendered_layers)} "
+                "layers; give one a layer"
+            )
         self.length = length
         layers = self.pair_layers or self.rendered_layers
         self.transplant_prob = (
@@ -197,15 +207,24 @@ class SyntheticRainDataset(Seeded, Dataset):
         rng, syn = self.rng, self.synthesis
         image = self.clean_images[int(rng.integers(len(self.clean_images)))]
         clean = self.transform(image=image)["image"].astype(np.float32) / 255.0
-        render = False
+        render = real = False
         # Drawn only when used: without rain-free items, the random stream is that of a set without the option.
         if syn.rain_free_prob > 0 and rng.random() < syn.rain_free_prob:
             rainy = clean
         elif rng.random() < self.transplant_prob:
-            layers, weights = self.pair_layers, self.pair_layer_weights
+            layers, weights, flags = (
+                self.pair_layers,
+                self.pair_layer_weights,
+                [False] * len(self.pair_layers),
+            )
             # drawn only with both kinds of layer: with one kind, the stream is that of a set with only that kind
             if self.rendered_layers and (not layers or rng.random() < syn.layer_share):
-                layers, weights = self.rendered_layers, self.rendered_layer_weights
+                layers, weights, flags = (
+                    self.rendered_layers,
+                    self.rendered_layer_weights,
+                    self.rendered_layer_real,
+                )
+            picks: list[int] = []
             rainy = transplant_layers(
                 clean,
                 layers,
@@ -214,7 +233,9 @@ class SyntheticRainDataset(Seeded, Dataset):
                 augment=syn.layer_augment,
                 beta=syn.composite_beta,
                 weights=weights,
+                picks=picks,
             )
+            real = any(flags[i] for i in picks)
         elif syn.render_on_device:
             rainy, render = clean, True
         else:
@@ -227,4 +248,5 @@ class SyntheticRainDataset(Seeded, Dataset):
             "name": f"synthetic-{index:05d}",
             "render": render,
             "set": "",
+            "real_rain": real,
         }

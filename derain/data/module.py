@@ -148,6 +148,7 @@ class DerainDataModule(L.LightningDataModule):
                     pair_layer_weights=pool.pair_layer_weights,
                     rendered_layers=pool.rendered_layers,
                     rendered_layer_weights=pool.rendered_layer_weights,
+                    rendered_layer_real=pool.rendered_layer_real,
                     seed=self.seed,
                     rotate90=self.rotate90,
                 )

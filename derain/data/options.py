@@ -148,6 +148,9 @@ class Synthesis:
             give layers too (the rest take a pair's layer).
         layer_shares: the share of those rendered layers each of ``layer_dirs`` gives (one a folder, summing to
             1), as ``transplant_shares`` does for the pairs'; default: every layer equally likely.
+        real_layer_dirs: those of ``layer_dirs`` whose layers are a real photo's rain, veil included (e.g.
+            ``tools/teacher_pairs.py --layers``): the samples that carry one are marked ``real_rain``, which
+            ``DerainLitModule(rain_left_real=True)`` weighs apart.
         layer_augment: random gain, resizing and turn of each transplanted layer, and the chance of a second
             one on top (``derain.synth.LayerAugment``; the default changes nothing).
         composite_beta: how rain is put on a photo, ``clean + layer · (1 − β · clean)`` (``derain.synth.
@@ -175,6 +178,7 @@ class Synthesis:
     layer_dirs: tuple[str, ...] = ()
     layer_share: float = 0.5
     layer_shares: tuple[float, ...] = ()
+    real_layer_dirs: tuple[str, ...] = ()
     layer_augment: LayerAugment = field(default_factory=LayerAugment)
     composite_beta: float = COMPOSITE_BETA
     rain_free_prob: float = 0.0
@@ -185,7 +189,7 @@ class Synthesis:
     AUTO_LENGTH = 1000
 
     def __post_init__(self) -> None:
-        _expand_all(self, ("clean_dirs", "transplant_from", "layer_dirs"))
+        _expand_all(self, ("clean_dirs", "transplant_from", "layer_dirs", "real_layer_dirs"))
         for option, what in (("clean_dirs", "clean photo"), ("layer_dirs", "rain layer")):
             for folder in getattr(self, option):
                 if not Path(folder).is_dir():
@@ -194,6 +198,11 @@ class Synthesis:
         for option, folders in (("transplant_shares", "transplant_from"), ("layer_shares", "layer_dirs")):
             self._check_shares(option, folders)
         check_probability("layer_share", self.layer_share)
+        stray = [d for d in self.real_layer_dirs if d not in self.layer_dirs]
+        if stray:
+            raise DataError(
+                f"real_layer_dirs names {stray[0]}, which is not one of layer_dirs {list(self.layer_dirs)}"
+            )
         check_probability("composite_beta", self.composite_beta)
         check_probability("rain_free_prob", self.rain_free_prob)
         object.__setattr__(

@@ -46,6 +46,8 @@ class SyntheticPool:
     """The rendered layers of ``synthesis.layer_dirs``, uint8 (H, W, 1) grey or (H, W, 3)."""
     rendered_layer_weights: np.ndarray | None = None
     """Each rendered layer's chance (``synthesis.layer_shares``), or None for equal chances."""
+    rendered_layer_real: list[bool] = field(default_factory=list)
+    """Whether each rendered layer is a real photo's rain (its folder one of ``synthesis.real_layer_dirs``)."""
 
 
 def synthetic_pool(
@@ -79,7 +81,7 @@ def synthetic_pool(
     if not photos:
         return SyntheticPool(dropped_photos=len(shown))
     layers, weights = _pair_layers(synthesis, donors)
-    rendered, rendered_weights = _rendered_layers(synthesis)
+    rendered, rendered_weights, rendered_real = _rendered_layers(synthesis)
     return SyntheticPool(
         photos=photos,
         dropped_photos=len(shown),
@@ -87,6 +89,7 @@ def synthetic_pool(
         pair_layer_weights=weights,
         rendered_layers=rendered,
         rendered_layer_weights=rendered_weights,
+        rendered_layer_real=rendered_real,
     )
 
 
@@ -148,14 +151,19 @@ def _rendered_layer(path: Path) -> np.ndarray:
     return image[:, :, None] if image.ndim == 2 else image[:, :, :3]
 
 
-def _rendered_layers(synthesis: Synthesis) -> tuple[list[np.ndarray], np.ndarray | None]:
-    """The rendered rain layers of ``layer_dirs`` (none when nothing is transplanted), and each one's chance
-    (``layer_shares``)."""
+def _rendered_layers(synthesis: Synthesis) -> tuple[list[np.ndarray], np.ndarray | None, list[bool]]:
+    """The rendered rain layers of ``layer_dirs`` (none when nothing is transplanted), each one's chance
+    (``layer_shares``), and whether each is real rain (``real_layer_dirs``)."""
     if synthesis.transplant_prob == 0:
-        return [], None
+        return [], None, []
     what = ("rain layer", "layer_dirs")
     groups = [_read_folder(folder, what, _rendered_layer) for folder in synthesis.layer_dirs]
     layers = [im for group in groups for im in group]
     if layers:
         log.info("%d rendered rain layers from %s", len(layers), ", ".join(synthesis.layer_dirs))
-    return layers, _chances(synthesis.layer_shares, [len(g) for g in groups])
+    real = [
+        folder in synthesis.real_layer_dirs
+        for folder, group in zip(synthesis.layer_dirs, groups, strict=True)
+        for _ in group
+    ]
+    return layers, _chances(synthesis.layer_shares, [len(g) for g in groups]), real

@@ -219,10 +219,12 @@ def transplant_layers(
     augment: LayerAugment | None = None,
     beta: float = COMPOSITE_BETA,
     weights: np.ndarray | None = None,
+    picks: list[int] | None = None,
 ) -> np.ndarray:
     """``transplant`` one random layer of ``residuals`` onto ``clean``, or two with probability ``augment.mix``.
 
-    ``weights`` (summing to 1) is each layer's chance of being drawn; default equal.
+    ``weights`` (summing to 1) is each layer's chance of being drawn; default equal. ``picks``, if given, gets
+    the index of each layer drawn appended (which source the rain came from).
 
     Two layers add up (``clip(clean + a + b)``): denser rain than any single layer. Without ``augment`` or with
     ``mix`` 0, exactly ``transplant`` of one random layer (the same random numbers drawn).
@@ -234,5 +236,7 @@ def transplant_layers(
     for _ in range(2 if two else 1):
         pick = rng.integers(len(residuals)) if weights is None else rng.choice(len(residuals), p=weights)
         layer = residuals[int(pick)]
+        if picks is not None:
+            picks.append(int(pick))
         rainy = transplant(rainy, layer, rng, rotate90=rotate90, augment=augment, beta=beta)
     return rainy

@@ -58,10 +58,17 @@ def rain_left_weight(pred: Tensor, target: Tensor, rain: Tensor, weight: float) 
 
 
 def fine_rain_left_term(
-    pred: Tensor, target: Tensor, rain: Tensor, weight: float, sigma: float, eps: float = 1e-3
+    pred: Tensor,
+    target: Tensor,
+    rain: Tensor,
+    weight: float,
+    sigma: float,
+    eps: float = 1e-3,
+    items: Tensor | None = None,
 ) -> Tensor:
     """The removal weight on the error's fine part only: ``(weight − 1)`` × the mean Charbonnier of the fine error
-    where it leaves rain (:func:`rain_left_weight`'s test on fine parts), a term added to the loss.
+    where it leaves rain (:func:`rain_left_weight`'s test on fine parts), a term added to the loss. With ``items``
+    (bool, one a batch item), only those items' errors count (the mean stays over the whole batch).
 
     The fine part of an image is the image less its Gaussian blur of ``sigma`` (kornia; reflected borders, or
     replicated ones on an image not longer than the kernel's half on a side): streaks, not light or veil. A
@@ -77,6 +84,8 @@ def fine_rain_left_term(
     with torch.autocast(pred.device.type, enabled=False):
         error, rain_error = fine(pred.float() - target.float()), fine(rain.float() - target.float()).detach()
         left = (error * rain_error > 0).float()
+        if items is not None:
+            left = left * items.to(left.device, left.dtype).view(-1, 1, 1, 1)
         return (weight - 1.0) * (left * torch.sqrt(error.square() + eps * eps)).mean()
 
 
@@ -117,6 +126,10 @@ class DerainLitModule(L.LightningModule):
         rain_left_sigma: 0 (default): ``rain_left_weight`` weighs the whole error. Above 0: the loss is left
             unweighted and :func:`fine_rain_left_term` adds the weight on the error's fine part (the error less
             its Gaussian blur of this sigma, in pixels), so that removal is not paid for by lowering the light.
+        rain_left_real: with ``rain_left_sigma``: the batch items marked ``"real_rain"`` (a real photo's rain,
+            ``Synthesis.real_layer_dirs``) take ``rain_left_weight`` on the whole error, veil included, as with
+            sigma 0; the others on the fine part only. Real rain's veil is rain to take; a synthetic pair's
+            clean image says how much light there is, and the whole-error weight lowers it.
         lr: peak learning rate of AdamW.
         weight_decay: AdamW weight decay (conv kernels only).
         warmup_steps: linear warm-up steps from ``lr * 0.01``.
@@ -137,6 +150,7 @@ class DerainLitModule(L.LightningModule):
         loss: Literal["charbonnier", "l1", "charbonnier+fft"] = "charbonnier",
         rain_left_weight: float = 1.0,
         rain_left_sigma: float = 0.0,
+        rain_left_real: bool = False,
         lr: float = 3e-4,
         weight_decay: float = 1e-4,
         warmup_steps: int = 200,
@@ -155,6 +169,11 @@ class DerainLitModule(L.LightningModule):
             raise ValueError(
                 f"rain_left_sigma {rain_left_sigma} adds the removal weight's extra: rain_left_weight should be "
                 f"above 1, got {rain_left_weight}"
+            )
+        if rain_left_real and not rain_left_sigma > 0:
+            raise ValueError(
+                "rain_left_real weighs the real rain's items apart from the others' fine part: set rain_left_sigma "
+                "above 0 (with sigma 0 every item takes the weight on the whole error)"
             )
         if rain_left_weight != 1.0 and loss == "l1":
             raise ValueError(
@@ -186,6 +205,11 @@ class DerainLitModule(L.LightningModule):
         left, sigma = self.hparams["rain_left_weight"], self.hparams["rain_left_sigma"]
         if left == 1.0:
             loss = self.loss_fn(pred, clean)
+        elif sigma > 0 and self.hparams.get("rain_left_real") and "real_rain" in batch:
+            real = torch.as_tensor(batch["real_rain"], device=pred.device, dtype=torch.bool).view(-1, 1, 1, 1)
+            weight = torch.where(real, rain_left_weight(pred, clean, rain, left), 1.0).to(pred.dtype)
+            others = fine_rain_left_term(pred, clean, rain, left, sigma, items=~real.view(-1))
+            loss = self.loss_fn(pred, clean, weight=weight) + others
         elif sigma > 0:
             loss = self.loss_fn(pred, clean) + fine_rain_left_term(pred, clean, rain, left, sigma)
         else:
