@@ -126,7 +126,7 @@ def test_rendered_streak_layers_are_transplanted_grey_beside_the_pairs_layers() 
 
 def test_items_that_carry_a_real_layer_are_marked_real_rain() -> None:
     """``rendered_layer_real`` marks the items whose rain came from a real photo's layer (one of two mixed
-    counts); pairs' layers, procedural rain and pair items are never marked; flags must fit the layers."""
+    counts), without changing the random stream; procedural rain is never marked; flags must fit the layers."""
     layers = [np.full((40, 40, 1), level, np.uint8) for level in (10, 30)]
     photos = [np.full((40, 40, 3), 100, np.uint8)]
     added = Synthesis(transplant_prob=0.5, composite_beta=0.0, procedural_styles=("light",))
@@ -160,8 +160,29 @@ def test_items_that_carry_a_real_layer_are_marked_real_rain() -> None:
     for item in both:  # two layers each: real as soon as one of them is
         level = round(float((item["rain"] - item["clean"]).mean() * 255))
         assert item["real_rain"] == (level > 20), level
-    plain = SyntheticRainDataset(photos, length=4, patch_size=16, rendered_layers=layers, synthesis=added)
-    assert not any(plain[i]["real_rain"] for i in range(4))  # by default no layer is real
+    plain = SyntheticRainDataset(
+        photos,
+        length=4,
+        patch_size=16,
+        rendered_layers=layers,
+        synthesis=mixed,
+        rendered_layer_weights=[0.5, 0.5],
+    )
+    first = [plain[i] for i in range(4)]
+    assert not any(item["real_rain"] for item in first)  # by default no layer is real
+    marked = SyntheticRainDataset(
+        photos,
+        length=4,
+        patch_size=16,
+        rendered_layers=layers,
+        synthesis=mixed,
+        rendered_layer_weights=[0.5, 0.5],
+        rendered_layer_real=[False, True],
+    )
+    for i, item in enumerate(
+        first
+    ):  # the marks draw nothing: the same rain item for item, both streams fresh
+        assert torch.equal(item["rain"], marked[i]["rain"])
     with pytest.raises(ValueError, match="rendered_layer_real: 1 flags for 2 layers"):
         SyntheticRainDataset(
             photos, length=1, patch_size=8, rendered_layers=layers, rendered_layer_real=[True]

@@ -374,3 +374,35 @@ def test_real_rain_items_take_the_removal_weight_on_the_whole_error() -> None:
     only = fine_rain_left_term(pred, clean, rain, 3.0, 2.0, items=torch.tensor([False, True]))
     alone = fine_rain_left_term(pred[1:], clean[1:], rain[1:], 3.0, 2.0)
     assert only.item() == pytest.approx(alone.item() / 2)
+    # a mixed batch: the weighted Charbonnier's mean is over the weights' sum S, so each item's terms keep their
+    # own kind's balance when the others' fine term is scaled by elements / S
+    _, mixed = module.shared_step(
+        {"rain": rain, "clean": clean, "real_rain": torch.tensor([True, False])}, "train"
+    )
+    c = torch.sqrt((pred - clean).square() + 1e-6)
+    w = torch.ones_like(c)
+    w[:1] = rain_left_weight(pred[:1], clean[:1], rain[:1], 3.0)
+    total = w.sum()
+    assert total > w.numel()  # item 0 leaves rain somewhere: the scale is not 1
+    expected = ((w * c).sum() + w.numel() * only) / total
+    assert mixed.item() == pytest.approx(expected.item())
+    with pytest.raises(KeyError, match="rain_left_real needs batches that mark real rain"):
+        module.shared_step({"rain": rain, "clean": clean}, "train")
+
+
+def test_real_rain_apart_warns_when_no_training_batch_holds_real_rain(caplog) -> None:
+    module = DerainLitModule(
+        tiny_net(), rain_left_weight=3.0, rain_left_sigma=2.0, rain_left_real=True, warmup_steps=1
+    )
+    module.log = lambda *a, **k: None
+    batch = {
+        "rain": torch.rand(1, 3, 8, 8),
+        "clean": torch.rand(1, 3, 8, 8),
+        "real_rain": torch.tensor([False]),
+    }
+    with caplog.at_level("WARNING", logger="derain.train.lit"):
+        for _ in range(199):
+            module.shared_step(batch, "train")
+        assert "real_layer_dirs" not in caplog.text
+        module.shared_step(batch, "train")
+    assert "none of the first 200 training batches held real rain" in caplog.text

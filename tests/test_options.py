@@ -97,6 +97,7 @@ def test_layer_shares_give_one_share_a_layer_folder(tmp_path: Path) -> None:
         Synthesis(layer_dirs=folders, layer_shares=(1.0,))
     with pytest.raises(DataError, match=r"layer_shares \[0.5, 0.6\] must sum to 1"):
         Synthesis(layer_dirs=folders, layer_shares=(0.5, 0.6))
-    assert Synthesis(layer_dirs=folders, real_layer_dirs=folders[1:]).real_layer_dirs == folders[1:]
+    real = Synthesis(layer_dirs=folders, real_layer_dirs=(folders[1] + "/",))  # paths compared normalised
+    assert real.holds_real_rain(folders[1]) and not real.holds_real_rain(folders[0])
     with pytest.raises(DataError, match=r"real_layer_dirs names .*c, which is not one of layer_dirs"):
         Synthesis(layer_dirs=folders, real_layer_dirs=(str(tmp_path / "c"),))

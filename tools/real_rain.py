@@ -155,9 +155,7 @@ def measure(
         "removed": rows(removed),
         **{part: rows(reading) for part, reading in parts.items()},
         "kept": [mean_row(kept[i], kept[0] if i else None) for i in range(len(models))],
-        "rain_free": {
-            k: [mean_row(v[i], v[0] if i else None) for i in range(len(models))] for k, v in free.items()
-        },
+        "rain_free": rows(free),
         "per_photo": {"removed": removed, **parts, "kept": kept, "rain_free": free, "names": photo_names},
         "skipped": skipped,
     }

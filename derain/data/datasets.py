@@ -212,18 +212,10 @@ class SyntheticRainDataset(Seeded, Dataset):
         if syn.rain_free_prob > 0 and rng.random() < syn.rain_free_prob:
             rainy = clean
         elif rng.random() < self.transplant_prob:
-            layers, weights, flags = (
-                self.pair_layers,
-                self.pair_layer_weights,
-                [False] * len(self.pair_layers),
-            )
+            layers, weights = self.pair_layers, self.pair_layer_weights
             # drawn only with both kinds of layer: with one kind, the stream is that of a set with only that kind
             if self.rendered_layers and (not layers or rng.random() < syn.layer_share):
-                layers, weights, flags = (
-                    self.rendered_layers,
-                    self.rendered_layer_weights,
-                    self.rendered_layer_real,
-                )
+                layers, weights = self.rendered_layers, self.rendered_layer_weights
             picks: list[int] = []
             rainy = transplant_layers(
                 clean,
@@ -235,7 +227,7 @@ class SyntheticRainDataset(Seeded, Dataset):
                 weights=weights,
                 picks=picks,
             )
-            real = any(flags[i] for i in picks)
+            real = layers is self.rendered_layers and any(self.rendered_layer_real[i] for i in picks)
         elif syn.render_on_device:
             rainy, render = clean, True
         else:

@@ -44,7 +44,8 @@ class DerainDataModule(L.LightningDataModule):
     synthetic 256×256 crops. Test: ``root/test`` and ``pairs.test_dirs`` (full images). Validation and test
     loaders use batch size 1: image sizes differ.
 
-    Batches are dicts: ``{"rain": (B, 3, H, W), "clean": (B, 3, H, W), "name": list[str]}``.
+    Batches are dicts: ``{"rain": (B, 3, H, W), "clean": (B, 3, H, W), "name": list[str], "render": (B,) bool,
+    "set": list[str], "real_rain": (B,) bool}`` (``derain.data.datasets``' items, collated).
 
     Args:
         pairs: real pairs (:class:`PairSources`).

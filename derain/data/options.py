@@ -198,7 +198,8 @@ class Synthesis:
         for option, folders in (("transplant_shares", "transplant_from"), ("layer_shares", "layer_dirs")):
             self._check_shares(option, folders)
         check_probability("layer_share", self.layer_share)
-        stray = [d for d in self.real_layer_dirs if d not in self.layer_dirs]
+        known = {os.path.normpath(d) for d in self.layer_dirs}
+        stray = [d for d in self.real_layer_dirs if os.path.normpath(d) not in known]
         if stray:
             raise DataError(
                 f"real_layer_dirs names {stray[0]}, which is not one of layer_dirs {list(self.layer_dirs)}"
@@ -229,3 +230,7 @@ class Synthesis:
     @property
     def used(self) -> bool:
         return self.builtin_photos or bool(self.clean_dirs)
+
+    def holds_real_rain(self, layer_dir: str) -> bool:
+        """Whether ``layer_dir`` (one of ``layer_dirs``) is one of ``real_layer_dirs`` (paths compared normalised)."""
+        return os.path.normpath(layer_dir) in {os.path.normpath(d) for d in self.real_layer_dirs}

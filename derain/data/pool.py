@@ -162,7 +162,7 @@ def _rendered_layers(synthesis: Synthesis) -> tuple[list[np.ndarray], np.ndarray
     if layers:
         log.info("%d rendered rain layers from %s", len(layers), ", ".join(synthesis.layer_dirs))
     real = [
-        folder in synthesis.real_layer_dirs
+        synthesis.holds_real_rain(folder)
         for folder, group in zip(synthesis.layer_dirs, groups, strict=True)
         for _ in group
     ]

@@ -192,6 +192,7 @@ class DerainLitModule(L.LightningModule):
         # the weights the run started from (derain.fit --init_weights: file and tensors sha256), kept in its
         # checkpoints so that a resumed run's export still records them
         self.started_from: dict[str, str] | None = None
+        self._real_batches = [0, 0]  # rain_left_real: training batches with a real-rain item, and all of them
 
     def forward(self, rain: Tensor) -> Tensor:
         return self.net(rain)
@@ -205,11 +206,8 @@ class DerainLitModule(L.LightningModule):
         left, sigma = self.hparams["rain_left_weight"], self.hparams["rain_left_sigma"]
         if left == 1.0:
             loss = self.loss_fn(pred, clean)
-        elif sigma > 0 and self.hparams.get("rain_left_real") and "real_rain" in batch:
-            real = torch.as_tensor(batch["real_rain"], device=pred.device, dtype=torch.bool).view(-1, 1, 1, 1)
-            weight = torch.where(real, rain_left_weight(pred, clean, rain, left), 1.0).to(pred.dtype)
-            others = fine_rain_left_term(pred, clean, rain, left, sigma, items=~real.view(-1))
-            loss = self.loss_fn(pred, clean, weight=weight) + others
+        elif sigma > 0 and self.hparams.get("rain_left_real"):
+            loss = self._real_rain_apart_loss(pred, clean, rain, batch, stage)
         elif sigma > 0:
             loss = self.loss_fn(pred, clean) + fine_rain_left_term(pred, clean, rain, left, sigma)
         else:
@@ -218,6 +216,31 @@ class DerainLitModule(L.LightningModule):
             f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=len(rain), sync_dist=stage != "train"
         )
         return pred, loss
+
+    def _real_rain_apart_loss(
+        self, pred: Tensor, clean: Tensor, rain: Tensor, batch: dict[str, Any], stage: str
+    ) -> Tensor:
+        """``rain_left_real``'s loss: the weight on the whole error of the items marked ``"real_rain"``, on the
+        fine part of the others'. The weighted Charbonnier's mean is over the weights' sum, so the others' fine
+        term is scaled by elements / that sum: each item keeps the balance it has in a batch of its own kind."""
+        if "real_rain" not in batch:
+            raise KeyError(
+                "rain_left_real needs batches that mark real rain (items' \"real_rain\", as DerainDataModule's "
+                "have); this batch has none"
+            )
+        left, sigma = self.hparams["rain_left_weight"], self.hparams["rain_left_sigma"]
+        real = torch.as_tensor(batch["real_rain"], device=pred.device, dtype=torch.bool).view(-1, 1, 1, 1)
+        if stage == "train":
+            self._real_batches[0] += int(bool(real.any()))
+            self._real_batches[1] += 1
+            if self._real_batches == [0, 200]:
+                log.warning(
+                    "rain_left_real: none of the first 200 training batches held real rain; is "
+                    "data.synthesis.real_layer_dirs set (to one of layer_dirs) and its share above 0?"
+                )
+        weight = torch.where(real, rain_left_weight(pred, clean, rain, left).float(), 1.0)
+        others = fine_rain_left_term(pred, clean, rain, left, sigma, items=~real.view(-1))
+        return self.loss_fn(pred, clean, weight=weight) + others * (weight.numel() / weight.sum())
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         _, loss = self.shared_step(batch, "train")
