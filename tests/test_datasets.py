@@ -128,65 +128,33 @@ def test_items_that_carry_a_real_layer_are_marked_real_rain() -> None:
     """``rendered_layer_real`` marks the items whose rain came from a real photo's layer (one of two mixed
     counts), without changing the random stream; procedural rain is never marked; flags must fit the layers."""
     layers = [np.full((40, 40, 1), level, np.uint8) for level in (10, 30)]
-    photos = [np.full((40, 40, 3), 100, np.uint8)]
-    added = Synthesis(transplant_prob=0.5, composite_beta=0.0, procedural_styles=("light",))
-    data = SyntheticRainDataset(
-        photos,
-        length=60,
-        patch_size=16,
-        rendered_layers=layers,
-        rendered_layer_real=[False, True],
-        synthesis=added,
-    )
-    seen = set()
-    for i in range(60):
-        item = data[i]
-        level = round(float((item["rain"] - item["clean"]).mean() * 255))
-        seen.add((level, item["real_rain"]))
-    assert (30, True) in seen and (10, False) in seen  # the layer of 30 levels is the real one
-    assert all(real == (level == 30) for level, real in seen if level in (10, 30))
-    assert any(level not in (10, 30) and not real for level, real in seen)  # procedural rain: not real
-    mixed = dataclasses.replace(added, transplant_prob=1.0, layer_augment=LayerAugment(mix=1.0))
-    data = SyntheticRainDataset(
-        photos,
-        length=20,
-        patch_size=16,
-        rendered_layers=layers,
-        rendered_layer_weights=[0.5, 0.5],
-        rendered_layer_real=[False, True],
-        synthesis=mixed,
-    )
-    both = [data[i] for i in range(20)]
-    for item in both:  # two layers each: real as soon as one of them is
-        level = round(float((item["rain"] - item["clean"]).mean() * 255))
-        assert item["real_rain"] == (level > 20), level
-    plain = SyntheticRainDataset(
-        photos,
-        length=4,
-        patch_size=16,
-        rendered_layers=layers,
-        synthesis=mixed,
-        rendered_layer_weights=[0.5, 0.5],
-    )
-    first = [plain[i] for i in range(4)]
-    assert not any(item["real_rain"] for item in first)  # by default no layer is real
-    marked = SyntheticRainDataset(
-        photos,
-        length=4,
-        patch_size=16,
-        rendered_layers=layers,
-        synthesis=mixed,
-        rendered_layer_weights=[0.5, 0.5],
-        rendered_layer_real=[False, True],
-    )
-    for i, item in enumerate(
-        first
-    ):  # the marks draw nothing: the same rain item for item, both streams fresh
-        assert torch.equal(item["rain"], marked[i]["rain"])
-    with pytest.raises(ValueError, match="rendered_layer_real: 1 flags for 2 layers"):
-        SyntheticRainDataset(
-            photos, length=1, patch_size=8, rendered_layers=layers, rendered_layer_real=[True]
+
+    def items(synthesis: Synthesis, count: int, **layer_options) -> list[dict]:
+        photos = [np.full((40, 40, 3), 100, np.uint8)]
+        data = SyntheticRainDataset(
+            photos, length=count, patch_size=16, rendered_layers=layers, synthesis=synthesis, **layer_options
         )
+        return [data[i] for i in range(count)]
+
+    def level(item: dict) -> int:
+        return round(float((item["rain"] - item["clean"]).mean() * 255))
+
+    added = Synthesis(transplant_prob=0.5, composite_beta=0.0, procedural_styles=("light",))
+    seen = {(level(item), item["real_rain"]) for item in items(added, 60, rendered_layer_real=[False, True])}
+    assert (30, True) in seen and (10, False) in seen  # the layer of 30 levels is the real one
+    assert all(real == (lv == 30) for lv, real in seen if lv in (10, 30))
+    assert any(lv not in (10, 30) and not real for lv, real in seen)  # procedural rain: not real
+    mixed = dataclasses.replace(added, transplant_prob=1.0, layer_augment=LayerAugment(mix=1.0))
+    halves = {"rendered_layer_weights": [0.5, 0.5]}
+    marked = items(mixed, 20, rendered_layer_real=[False, True], **halves)
+    for item in marked:  # two layers each: real as soon as one of them is
+        assert item["real_rain"] == (level(item) > 20), level(item)
+    plain = items(mixed, 20, **halves)
+    assert not any(item["real_rain"] for item in plain)  # by default no layer is real
+    for a, b in zip(plain, marked, strict=True):  # the marks draw nothing: the same rain item for item
+        assert torch.equal(a["rain"], b["rain"])
+    with pytest.raises(ValueError, match="rendered_layer_real: 1 flags for 2 layers"):
+        items(added, 1, rendered_layer_real=[True])
 
 
 def test_rendered_layer_weights_choose_the_rendered_layers() -> None:
