@@ -161,9 +161,6 @@ def _rendered_layers(synthesis: Synthesis) -> tuple[list[np.ndarray], np.ndarray
     layers = [im for group in groups for im in group]
     if layers:
         log.info("%d rendered rain layers from %s", len(layers), ", ".join(synthesis.layer_dirs))
-    real = [
-        synthesis.holds_real_rain(folder)
-        for folder, group in zip(synthesis.layer_dirs, groups, strict=True)
-        for _ in group
-    ]
+    folder_real = [synthesis.holds_real_rain(folder) for folder in synthesis.layer_dirs]
+    real = [flag for flag, group in zip(folder_real, groups, strict=True) for _ in group]
     return layers, _chances(synthesis.layer_shares, [len(g) for g in groups]), real

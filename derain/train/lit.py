@@ -207,7 +207,7 @@ class DerainLitModule(L.LightningModule):
         if left == 1.0:
             loss = self.loss_fn(pred, clean)
         elif sigma > 0 and self.hparams.get("rain_left_real"):
-            loss = self._real_rain_apart_loss(pred, clean, rain, batch, stage)
+            loss = self._real_rain_apart_loss(pred, clean, rain, batch, stage, left, sigma)
         elif sigma > 0:
             loss = self.loss_fn(pred, clean) + fine_rain_left_term(pred, clean, rain, left, sigma)
         else:
@@ -218,7 +218,14 @@ class DerainLitModule(L.LightningModule):
         return pred, loss
 
     def _real_rain_apart_loss(
-        self, pred: Tensor, clean: Tensor, rain: Tensor, batch: dict[str, Any], stage: str
+        self,
+        pred: Tensor,
+        clean: Tensor,
+        rain: Tensor,
+        batch: dict[str, Any],
+        stage: str,
+        left: float,
+        sigma: float,
     ) -> Tensor:
         """``rain_left_real``'s loss: the weight on the whole error of the items marked ``"real_rain"``, on the
         fine part of the others'. The weighted Charbonnier's mean is over the weights' sum, so the others' fine
@@ -228,7 +235,6 @@ class DerainLitModule(L.LightningModule):
                 "rain_left_real needs batches that mark real rain (items' \"real_rain\", as DerainDataModule's "
                 "have); this batch has none"
             )
-        left, sigma = self.hparams["rain_left_weight"], self.hparams["rain_left_sigma"]
         real = torch.as_tensor(batch["real_rain"], device=pred.device, dtype=torch.bool).view(-1, 1, 1, 1)
         if stage == "train":
             self._real_batches[0] += int(bool(real.any()))
