@@ -107,7 +107,7 @@ def run(args: list[str] | None = None, *, prog: str = PROG) -> int:
         cli.model.started_from = load_init_weights(cli.model.net, cli.start.fine_tune_from)
     if cli.start.found_last and trainer.is_global_zero:
         try:
-            step = load_checkpoint(last).get("global_step", "?")
+            step = load_checkpoint(last, mmap=True).get("global_step", "?")  # Lightning reads it whole
         except WeightsError as err:  # a damaged last.ckpt (a run killed while writing it), and the way out
             raise WeightsError(f"{err}; pass --resume never to start afresh") from None
         print(f"Resuming from {last} (step {step}); pass --resume never to start afresh", flush=True)

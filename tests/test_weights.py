@@ -4,6 +4,7 @@ exporting a checkpoint, loading to an ``nn.Module``, the packaged file, and erro
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from derain.weights import (
     WeightsError,
     WeightsNotFoundError,
     export_checkpoint,
+    load_checkpoint,
     load_net,
     packaged_weights,
     read_checkpoint_net,
@@ -100,6 +102,25 @@ def test_export_errors_name_the_file(tmp_path):
     torch.save({"state_dict": {}}, other)
     with pytest.raises(ValueError, match="other.ckpt has no 'derain_net' record"):
         read_checkpoint_net(other)
+
+
+def _resident_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads resident memory from Linux's /proc")
+def test_a_peek_at_a_checkpoint_maps_its_tensors_and_does_not_read_them(tmp_path: Path) -> None:
+    # what derain fit's resume message and the provenance of an export read: the step, not 64 MB of weights
+    path = tmp_path / "big.ckpt"
+    torch.save({"state_dict": {"net.w": torch.ones(16 * 2**20)}, "global_step": 7}, path)
+    before = _resident_bytes()
+    peek = load_checkpoint(path, mmap=True)
+    peeked = _resident_bytes() - before
+    assert peek["global_step"] == 7 and peeked < 16 * 2**20
+    # the tensors are there, read on demand
+    assert torch.equal(peek["state_dict"]["net.w"][-4:], torch.ones(4))
+    full = load_checkpoint(path)
+    assert _resident_bytes() - before > 48 * 2**20 and full["global_step"] == 7
 
 
 def write_other_format(path: Path) -> None:

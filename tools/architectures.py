@@ -197,7 +197,7 @@ def checkpoints(run: Path) -> dict[int, Path]:
 def training_seconds(ckpt: Path) -> float | None:
     """The training seconds a checkpoint's Lightning ``Timer`` had counted (an interrupted run's resumed count
     leaves out the time it was not running); None when the run had no ``Timer``."""
-    timer = load_checkpoint(ckpt).get("callbacks", {}).get("Timer")
+    timer = load_checkpoint(ckpt, mmap=True).get("callbacks", {}).get("Timer")
     return None if timer is None else float(timer["time_elapsed"]["train"])
 
 

@@ -105,8 +105,14 @@ def save_net(net: nn.Module, path: str | os.PathLike, *, extra: dict[str, str] |
     return _write(tensors, record, path, extra)
 
 
-def load_checkpoint(ckpt_path: str | os.PathLike) -> dict:
+def load_checkpoint(ckpt_path: str | os.PathLike, *, mmap: bool = False) -> dict:
     """A Lightning checkpoint, read with the safe loader.
+
+    Args:
+        ckpt_path: the checkpoint.
+        mmap: map its tensors from the file rather than read them into memory: for a caller that reads only its
+            small entries (its step, its callbacks' state, its hyperparameters), so a peek costs the pickle, not the
+            weights and optimizer state.
 
     Raises:
         WeightsNotFoundError: it does not exist.
@@ -114,7 +120,7 @@ def load_checkpoint(ckpt_path: str | os.PathLike) -> dict:
     """
     ckpt_path = Path(ckpt_path)
     try:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise WeightsNotFoundError(f"checkpoint not found: {ckpt_path}") from None
     except Exception as err:  # noqa: BLE001 - any unpickling failure means "not a usable checkpoint"

@@ -195,7 +195,7 @@ def checkpoint_provenance(
             message names the file).
     """
     path = Path(checkpoint)
-    saved = load_checkpoint(path)
+    saved = load_checkpoint(path, mmap=True)  # its small entries only: the weights are read by the export
     later = config is None
     if later:
         found = saved_config(path)
