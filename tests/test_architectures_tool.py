@@ -61,9 +61,7 @@ def test_every_arm_builds_and_differs_from_base() -> None:
     for arm in architectures.ARMS:
         net = DerainNet(**architectures.net_args(arm))
         sizes[arm] = sum(p.numel() for p in net.parameters())
-    assert (
-        sizes["loss-edge"] == sizes["base"] and architectures.ARMS["loss-edge"]["loss"] == "charbonnier+fft"
-    )
+    assert sizes["loss-fft"] == sizes["base"] and architectures.ARMS["loss-fft"]["loss"] == "charbonnier+fft"
     assert abs(sizes["stride1-d24"] - sizes["base"]) < 5000  # nearly the same weights at twice the resolution
     assert sizes["stride1-d16"] < sizes["base"] < sizes["fullres"] < sizes["fullres2"]
     assert sizes["base"] < sizes["d32"] < sizes["d48"] and sizes["base"] < sizes["blocks2444"]
@@ -142,9 +140,9 @@ def test_quick_trains_two_arms_and_writes_the_table(tmp_path: Path, capsys) -> N
     need_shared_data(SHARED_DATA / "raintrainl")
     assert architectures.main([str(tmp_path), "--data", str(SHARED_DATA), "--quick", "--no-costs"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert list(summary["arms"]) == ["base", "loss-edge"] and summary["steps"] == 3
+    assert list(summary["arms"]) == ["base", "loss-fft"] and summary["steps"] == 3
     assert summary["arms"]["base"]["saved_steps"] == [1, 2, 3]
     assert summary["arms"]["base"]["s_per_step"] > 0  # the runs' Timer counted
-    assert "d_raintrainl40" in summary["arms"]["loss-edge"]
+    assert "d_raintrainl40" in summary["arms"]["loss-fft"]
     assert (tmp_path / "table.md").read_text() in capsys.readouterr().out
     assert (tmp_path / "base" / "model.safetensors").is_file()
