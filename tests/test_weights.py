@@ -3,6 +3,7 @@ exporting a checkpoint, loading to an ``nn.Module``, the packaged file, and erro
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
@@ -113,14 +114,19 @@ def test_a_peek_at_a_checkpoint_maps_its_tensors_and_does_not_read_them(tmp_path
     # what derain fit's resume message and the provenance of an export read: the step, not 64 MB of weights
     path = tmp_path / "big.ckpt"
     torch.save({"state_dict": {"net.w": torch.ones(16 * 2**20)}, "global_step": 7}, path)
+    gc.collect()
     before = _resident_bytes()
     peek = load_checkpoint(path, mmap=True)
     peeked = _resident_bytes() - before
     assert peek["global_step"] == 7 and peeked < 16 * 2**20
     # the tensors are there, read on demand
     assert torch.equal(peek["state_dict"]["net.w"][-4:], torch.ones(4))
+    before = _resident_bytes()
     full = load_checkpoint(path)
     assert _resident_bytes() - before > 48 * 2**20 and full["global_step"] == 7
+    legacy = tmp_path / "legacy.ckpt"  # torch's format before 1.6 cannot be mapped: it is read whole
+    torch.save({"state_dict": {}, "global_step": 3}, legacy, _use_new_zipfile_serialization=False)
+    assert load_checkpoint(legacy, mmap=True)["global_step"] == 3
 
 
 def write_other_format(path: Path) -> None:

@@ -22,6 +22,7 @@ import hashlib
 import itertools
 import json
 import os
+import zipfile
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -112,7 +113,7 @@ def load_checkpoint(ckpt_path: str | os.PathLike, *, mmap: bool = False) -> dict
         ckpt_path: the checkpoint.
         mmap: map its tensors from the file rather than read them into memory: for a caller that reads only its
             small entries (its step, its callbacks' state, its hyperparameters), so a peek costs the pickle, not the
-            weights and optimizer state.
+            weights and optimizer state. A file torch did not write in its zip format (before 1.6) is read whole.
 
     Raises:
         WeightsNotFoundError: it does not exist.
@@ -120,7 +121,9 @@ def load_checkpoint(ckpt_path: str | os.PathLike, *, mmap: bool = False) -> dict
     """
     ckpt_path = Path(ckpt_path)
     try:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=mmap)
+        ckpt = torch.load(
+            ckpt_path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(ckpt_path)
+        )
     except FileNotFoundError:
         raise WeightsNotFoundError(f"checkpoint not found: {ckpt_path}") from None
     except Exception as err:  # noqa: BLE001 - any unpickling failure means "not a usable checkpoint"
