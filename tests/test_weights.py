@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,28 @@ def test_a_peek_at_a_checkpoint_maps_its_tensors_and_does_not_read_them(tmp_path
     legacy = tmp_path / "legacy.ckpt"  # torch's format before 1.6 cannot be mapped: it is read whole
     torch.save({"state_dict": {}, "global_step": 3}, legacy, _use_new_zipfile_serialization=False)
     assert load_checkpoint(legacy, mmap=True)["global_step"] == 3
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="reads peak memory from Linux's /proc")
+def test_reading_a_checkpoints_network_does_not_read_its_optimizer_state(tmp_path: Path) -> None:
+    # an export, `load_model` and `tensors_sha256` of a .ckpt: 4 MB of network in a 132 MB checkpoint
+    path = tmp_path / "trained.ckpt"
+    torch.save(
+        {
+            "state_dict": {"net.w": torch.full((2**20,), 2.0)},
+            "current_model_state": {"net.w": torch.ones(16 * 2**20)},
+            "optimizer_states": [{"state": {0: {"exp_avg": torch.ones(16 * 2**20)}}}],
+            CHECKPOINT_KEY: {"class_path": "derain.models.DerainNet", "init_args": {}},
+        },
+        path,
+    )
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from what is resident now
+    before = _resident_bytes()
+    state, record = read_checkpoint_net(path)
+    assert float(state["w"].sum()) == 2.0 * 2**20 and record["init_args"] == {}
+    peak = int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text())[1]) * 1024
+    assert peak - before < 32 * 2**20  # read whole, the checkpoint's 132 MB would pass through memory
 
 
 def write_other_format(path: Path) -> None:

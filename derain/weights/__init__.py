@@ -142,9 +142,12 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
     The weights the run validated: the ``state_dict``'s ``net.*`` (with Lightning's ``WeightAveraging``, the
     average; the raw weights under ``current_model_state`` are not read), or, in a checkpoint written with the
     earlier ``model.ema_decay``, its moving average ``ema.*``. The prefix is removed.
+
+    The checkpoint is mapped (``load_checkpoint(mmap=True)``): only the network's tensors are read from it, when the
+    caller uses them, not the raw weights and optimizer state that make up most of a training checkpoint.
     """
     ckpt_path = Path(ckpt_path)
-    ckpt = load_checkpoint(ckpt_path)
+    ckpt = load_checkpoint(ckpt_path, mmap=True)
     record = ckpt.get(CHECKPOINT_KEY)
     if record is None and "derain_net_config" in ckpt:  # written before the record (derain-net-v1)
         record = legacy_record(ckpt["derain_net_config"])
