@@ -111,9 +111,10 @@ def load_checkpoint(ckpt_path: str | os.PathLike, *, mmap: bool = False) -> dict
 
     Args:
         ckpt_path: the checkpoint.
-        mmap: map its tensors from the file rather than read them into memory: for a caller that reads only its
-            small entries (its step, its callbacks' state, its hyperparameters), so a peek costs the pickle, not the
-            weights and optimizer state. A file torch did not write in its zip format (before 1.6) is read whole.
+        mmap: map its tensors from the file rather than read them into memory: for a caller that reads only some
+            of it (its step, its callbacks' state, the network's tensors), so a peek costs the pickle and the
+            tensors touched, not the whole of the weights and optimizer state. The tensors returned stay backed by
+            the file: copy those kept. A file torch did not write in its zip format (before 1.6) is read whole.
 
     Raises:
         WeightsNotFoundError: it does not exist.
@@ -143,8 +144,9 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
     average; the raw weights under ``current_model_state`` are not read), or, in a checkpoint written with the
     earlier ``model.ema_decay``, its moving average ``ema.*``. The prefix is removed.
 
-    The checkpoint is mapped (``load_checkpoint(mmap=True)``): only the network's tensors are read from it, when the
-    caller uses them, not the raw weights and optimizer state that make up most of a training checkpoint.
+    The checkpoint is mapped (``load_checkpoint(mmap=True)``) and only the network's tensors are read from it, into
+    tensors of their own: not the raw weights and optimizer state that make up most of a training checkpoint, and
+    nothing returned stays tied to the file (a run may rewrite it while a model read from it serves).
     """
     ckpt_path = Path(ckpt_path)
     ckpt = load_checkpoint(ckpt_path, mmap=True)
@@ -157,7 +159,7 @@ def read_checkpoint_net(ckpt_path: str | os.PathLike) -> tuple[dict[str, torch.T
         )
     ema, plain = CHECKPOINT_PREFIXES
     prefix = ema if any(k.startswith(ema) for k in ckpt["state_dict"]) else plain
-    state = {k.removeprefix(prefix): v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+    state = {k.removeprefix(prefix): v.clone() for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
     return state, record
 
 
